@@ -1,0 +1,132 @@
+"""The functional environment base class shared by every popeval environment.
+
+An environment object holds only static configuration (shape-defining constructor
+arguments). Everything that changes or may be randomised lives in two immutable pytrees:
+`EnvState` (must carry an integer `time` field) and `EnvParams` (must carry
+`max_steps_in_episode`). A subclass writes four small pure functions:
+
+    default_params              -> EnvParams
+    reset_state(key, params)    -> EnvState
+    transition(key, state, action, params) -> (EnvState, reward, terminated)
+    get_obs(state, params, key) -> observation
+
+plus `observation_space(params)` / `action_space(params)`. This base class adds, once for
+all environments, the public API:
+
+    obs, state = env.reset(key, params)
+    obs, state, reward, done, info = env.step(key, state, action, params)   # auto-resets
+    obs, state = env.reset_env(key, params)                                 # raw
+    obs, state, reward, done, info = env.step_env(key, state, action, params)  # raw
+
+`done = terminated | truncated`; `truncated` is the time limit
+(`state.time >= params.max_steps_in_episode`, as gymnasium's `TimeLimit`);
+`info = {"terminated", "truncated", "discount"}` with `discount = 1 - terminated`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from . import spaces
+
+__all__ = ["Environment"]
+
+
+class Environment:
+    """Base class of all popeval environments (pure functions over pytrees)."""
+
+    #: Whether `transition`/`reset_state`/`get_obs` use their key during a step. Rollouts
+    #: do not need this flag to be right (unused keys are dead code that XLA removes); it
+    #: documents the environment and lets tests check it.
+    stochastic: bool = True
+
+    # ----------------------------------------------------------------- to implement
+    @property
+    def default_params(self) -> Any:
+        raise NotImplementedError
+
+    def reset_state(self, key: jax.Array, params: Any) -> Any:
+        raise NotImplementedError
+
+    def transition(self, key: jax.Array, state: Any, action: Any, params: Any):
+        """One raw step: returns `(next_state, reward, terminated)`; `time` is handled here."""
+        raise NotImplementedError
+
+    def get_obs(self, state: Any, params: Any = None, key: jax.Array | None = None) -> Any:
+        raise NotImplementedError
+
+    def observation_space(self, params: Any = None) -> spaces.Space:
+        raise NotImplementedError
+
+    def action_space(self, params: Any = None) -> spaces.Space:
+        raise NotImplementedError
+
+    # ----------------------------------------------------------------- shared API
+    @property
+    def name(self) -> str:
+        return getattr(self, "env_id", type(self).__name__)
+
+    @property
+    def num_actions(self) -> int:
+        """Number of discrete actions, or the size of a continuous action vector."""
+        space = self.action_space(self.default_params)
+        if isinstance(space, spaces.Discrete):
+            return space.n
+        return int(jnp.prod(jnp.asarray(space.shape)))
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}>"
+
+    def _params(self, params: Any) -> Any:
+        default = self.default_params
+        if params is None:
+            return default
+        if type(params) is not type(default):
+            raise TypeError(
+                f"{self.name}: params is a {type(params).__module__}.{type(params).__qualname__}, "
+                f"expected this environment's {type(default).__qualname__} "
+                f"(from {type(default).__module__}); get it from make({self.name!r})"
+            )
+        return params
+
+    def reset_env(self, key: jax.Array, params: Any = None):
+        """Raw reset: `(obs, state)` of a fresh episode."""
+        params = self._params(params)
+        state = self.reset_state(key, params)
+        return self.get_obs(state, params, key), state
+
+    def step_env(self, key: jax.Array, state: Any, action: Any, params: Any = None):
+        """Raw step without auto-reset: `(obs, state, reward, done, info)`."""
+        params = self._params(params)
+        action = self.action_space(params).check_action(action, self.name)
+        next_state, reward, terminated = self.transition(key, state, action, params)
+        next_state = next_state.replace(time=state.time + 1)
+        terminated = jnp.asarray(terminated, dtype=jnp.bool_)
+        truncated = next_state.time >= params.max_steps_in_episode
+        done = terminated | truncated
+        info = {
+            "terminated": terminated,
+            "truncated": truncated,
+            "discount": 1.0 - terminated.astype(jnp.float32),
+        }
+        obs = self.get_obs(next_state, params, key)
+        return obs, next_state, jnp.asarray(reward, jnp.float32), done, info
+
+    def reset(self, key: jax.Array, params: Any = None):
+        """Resets to a fresh episode: `(obs, state)`."""
+        return self.reset_env(key, params)
+
+    def step(self, key: jax.Array, state: Any, action: Any, params: Any = None):
+        """Steps and, when the episode ends, returns the first obs/state of a new one.
+
+        `reward`, `done` and `info` describe the transition that ended the episode.
+        """
+        key_step, key_reset = jax.random.split(key)
+        obs_st, state_st, reward, done, info = self.step_env(key_step, state, action, params)
+        obs_re, state_re = self.reset_env(key_reset, params)
+        state = jax.tree.map(lambda r, s: jnp.where(done, r, s), state_re, state_st)
+        obs = jax.tree.map(lambda r, s: jnp.where(done, r, s), obs_re, obs_st)
+        return obs, state, reward, done, info

@@ -1,0 +1,72 @@
+"""The registry: one literal table from environment ids to constructors, and `make`."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import inspect
+from typing import Any, Callable
+
+from .classic_control import Acrobot, CartPole, MountainCar, MountainCarContinuous, Pendulum
+from .environment import Environment
+
+__all__ = ["REGISTRY", "registered_envs", "make"]
+
+#: Environment id -> constructor. The single source of truth for `make`, the CLI and tests.
+REGISTRY: dict[str, Callable[..., Environment]] = {
+    # classic control (gymnasium 1.x)
+    "CartPole-v1": CartPole,
+    "Pendulum-v1": Pendulum,
+    "Acrobot-v1": Acrobot,
+    "MountainCar-v0": MountainCar,
+    "MountainCarContinuous-v0": MountainCarContinuous,
+    # bsuite
+    # misc
+    # MinAtar
+}
+
+registered_envs: tuple[str, ...] = tuple(REGISTRY)
+
+
+def make(env_id: str, **kwargs: Any) -> tuple[Environment, Any]:
+    """Builds an environment and its default parameters.
+
+    Args:
+        env_id: a registered id, e.g. `"CartPole-v1"` (see `registered_envs`).
+        **kwargs: constructor arguments of the environment (shape-defining settings), or
+            fields of its `EnvParams` to override in the returned default params
+            (e.g. `max_steps_in_episode=200`).
+
+    Returns:
+        `(env, env_params)`.
+
+    Raises:
+        ValueError: unknown id (with the closest ids) or unknown keyword argument.
+    """
+    if env_id not in REGISTRY:
+        close = difflib.get_close_matches(env_id, REGISTRY, n=3, cutoff=0.4)
+        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        raise ValueError(
+            f"Unknown environment id {env_id!r}.{hint} Registered ids: {', '.join(REGISTRY)}"
+        )
+    ctor = REGISTRY[env_id]
+    ctor_args = {
+        name
+        for name, p in inspect.signature(ctor).parameters.items()
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    }
+    env_kwargs = {k: v for k, v in kwargs.items() if k in ctor_args}
+    env = ctor(**env_kwargs)
+    env.env_id = env_id
+    params = env.default_params
+    param_fields = {f.name for f in dataclasses.fields(params)}
+    unknown = sorted(set(kwargs) - ctor_args - param_fields)
+    if unknown:
+        raise ValueError(
+            f"{env_id}: unknown keyword argument(s) {', '.join(unknown)}. Constructor "
+            f"arguments: {sorted(ctor_args) or 'none'}; EnvParams fields: {sorted(param_fields)}"
+        )
+    overrides = {k: v for k, v in kwargs.items() if k in param_fields and k not in ctor_args}
+    if overrides:
+        params = params.replace(**overrides)
+    return env, params

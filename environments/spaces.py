@@ -1,0 +1,171 @@
+"""Jittable observation and action spaces: `Discrete`, `Box` and `Dict`.
+
+Spaces are static descriptions (plain Python objects built from `EnvParams`); their
+`sample` and `contains` methods are pure JAX functions that can be jitted and vmapped.
+`check_action` is the trace-time guard that `Environment.step_env` uses to turn a wrong
+action shape or dtype into a clear error instead of a silent broadcast.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["Space", "Discrete", "Box", "Dict"]
+
+
+class Space:
+    """A set of values with a fixed shape and dtype."""
+
+    shape: tuple[int, ...]
+    dtype: Any
+
+    def sample(self, key: jax.Array) -> Any:
+        raise NotImplementedError
+
+    def contains(self, x: Any) -> jax.Array:
+        raise NotImplementedError
+
+    def check_action(self, action: Any, env_name: str) -> jax.Array:
+        """Validates an action's shape and dtype at trace time and returns it as an array.
+
+        Raises:
+            ValueError / TypeError naming the expected space.
+        """
+        raise NotImplementedError
+
+
+class Discrete(Space):
+    """Integers `0 .. n-1` (scalar, int32)."""
+
+    def __init__(self, n: int, dtype: Any = jnp.int32):
+        if int(n) < 1:
+            raise ValueError(f"Discrete space needs n >= 1, got {n}")
+        self.n = int(n)
+        self.shape = ()
+        self.dtype = jnp.dtype(dtype)
+
+    @property
+    def num_categories(self) -> int:
+        """gymnax's name for `n`."""
+        return self.n
+
+    def __repr__(self) -> str:
+        return f"Discrete({self.n})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Discrete) and other.n == self.n
+
+    def __hash__(self) -> int:
+        return hash(("Discrete", self.n))
+
+    def sample(self, key: jax.Array) -> jax.Array:
+        return jax.random.randint(key, self.shape, 0, self.n, dtype=self.dtype)
+
+    def contains(self, x: Any) -> jax.Array:
+        x = jnp.asarray(x)
+        if x.shape != self.shape:
+            return jnp.asarray(False)
+        if not (jnp.issubdtype(x.dtype, jnp.integer) or x.dtype == jnp.bool_):
+            return jnp.asarray(False)
+        return (x >= 0) & (x < self.n)
+
+    def check_action(self, action: Any, env_name: str) -> jax.Array:
+        action = jnp.asarray(action)
+        if action.shape != self.shape and action.shape != (1,):
+            raise ValueError(
+                f"{env_name}: action has shape {action.shape}, expected a scalar "
+                f"integer in {self} (shape ())"
+            )
+        if not (jnp.issubdtype(action.dtype, jnp.integer) or action.dtype == jnp.bool_):
+            raise TypeError(
+                f"{env_name}: action has dtype {action.dtype}, expected an integer in "
+                f"{self}; use jnp.argmax(logits) or .astype(jnp.int32)"
+            )
+        return action.reshape(()).astype(self.dtype)
+
+
+class Box(Space):
+    """A (possibly unbounded) box in R^shape."""
+
+    def __init__(self, low: Any, high: Any, shape: tuple[int, ...], dtype: Any = jnp.float32):
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = jnp.dtype(dtype)
+        # Bounds may be traced (they are often computed from vmapped EnvParams).
+        self.low = jnp.broadcast_to(jnp.asarray(low, dtype=self.dtype), self.shape)
+        self.high = jnp.broadcast_to(jnp.asarray(high, dtype=self.dtype), self.shape)
+        if not isinstance(self.low, jax.core.Tracer) and not isinstance(self.high, jax.core.Tracer):
+            if bool(jnp.any(self.low > self.high)):
+                raise ValueError(f"Box needs low <= high, got low={low}, high={high}")
+
+    def __repr__(self) -> str:
+        def fmt(x):
+            if isinstance(x, jax.core.Tracer):
+                return "traced"
+            u = np.unique(np.asarray(x))
+            return f"{u[0]:g}" if u.size == 1 else "[" + ", ".join(f"{v:g}" for v in np.asarray(x).ravel()) + "]"
+
+        return f"Box({fmt(self.low)}, {fmt(self.high)}, shape={self.shape}, dtype={self.dtype.name})"
+
+    def sample(self, key: jax.Array) -> jax.Array:
+        if jnp.issubdtype(self.dtype, jnp.integer) or self.dtype == jnp.bool_:
+            lo, hi = self.low.astype(jnp.int32), self.high.astype(jnp.int32) + 1
+            return jax.random.randint(key, self.shape, lo, hi).astype(self.dtype)
+        # Unbounded dimensions are sampled from a standard normal, as gymnasium does.
+        low, high = self.low, self.high
+        finite = jnp.isfinite(low) & jnp.isfinite(high)
+        k1, k2 = jax.random.split(key)
+        u = jax.random.uniform(k1, self.shape, self.dtype)
+        bounded = low + u * jnp.where(finite, high - low, 0.0)
+        normal = jax.random.normal(k2, self.shape, self.dtype)
+        return jnp.where(finite, bounded, normal).astype(self.dtype)
+
+    def contains(self, x: Any) -> jax.Array:
+        x = jnp.asarray(x)
+        if x.shape != self.shape:
+            return jnp.asarray(False)
+        return jnp.all((x >= self.low) & (x <= self.high))
+
+    def check_action(self, action: Any, env_name: str) -> jax.Array:
+        action = jnp.asarray(action)
+        size = int(np.prod(self.shape))
+        if action.shape != self.shape and not (action.size == size and action.ndim <= 1):
+            raise ValueError(
+                f"{env_name}: action has shape {action.shape}, expected {self} "
+                f"(shape {self.shape})"
+            )
+        if not (jnp.issubdtype(action.dtype, jnp.floating) or jnp.issubdtype(action.dtype, jnp.integer)):
+            raise TypeError(f"{env_name}: action has dtype {action.dtype}, expected {self}")
+        return action.reshape(self.shape).astype(self.dtype)
+
+
+class Dict(Space):
+    """A dictionary of named sub-spaces."""
+
+    def __init__(self, spaces: Mapping[str, Space]):
+        self.spaces = dict(spaces)
+        self.shape = ()
+        self.dtype = None
+
+    def __repr__(self) -> str:
+        return "Dict(" + ", ".join(f"{k}: {v}" for k, v in self.spaces.items()) + ")"
+
+    def sample(self, key: jax.Array) -> dict:
+        keys = jax.random.split(key, len(self.spaces))
+        return {k: s.sample(kk) for (k, s), kk in zip(self.spaces.items(), keys)}
+
+    def contains(self, x: Any) -> jax.Array:
+        if not isinstance(x, Mapping) or set(x) != set(self.spaces):
+            return jnp.asarray(False)
+        ok = jnp.asarray(True)
+        for k, s in self.spaces.items():
+            ok = ok & s.contains(x[k])
+        return ok
+
+    def check_action(self, action: Any, env_name: str) -> dict:
+        if not isinstance(action, Mapping) or set(action) != set(self.spaces):
+            raise ValueError(f"{env_name}: action must be a dict with keys {sorted(self.spaces)}")
+        return {k: s.check_action(action[k], env_name) for k, s in self.spaces.items()}

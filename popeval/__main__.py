@@ -1,0 +1,7 @@
+"""`python -m popeval ...`: see `popeval.cli`."""
+
+import sys
+
+from popeval.cli import main
+
+sys.exit(main())

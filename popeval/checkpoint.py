@@ -1,0 +1,66 @@
+"""Checkpoints: flax-serialised (msgpack) pytrees plus JSON metadata, written atomically.
+
+No pickles: a checkpoint restores into a template pytree built by a fresh run with the same
+config, so it is portable across machines and JAX versions that keep the same structure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+from flax import serialization
+
+__all__ = ["save", "load", "exists", "CHECKPOINT", "META"]
+
+CHECKPOINT = "checkpoint.msgpack"
+META = "checkpoint.json"
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _is_key(x: Any) -> bool:
+    return hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def _to_numpy(tree: Any) -> Any:
+    """Host numpy arrays; typed PRNG keys become their raw key data."""
+    return jax.tree.map(lambda x: np.asarray(jax.random.key_data(x) if _is_key(x) else jax.device_get(x)), tree)
+
+
+def save(run_dir: str | os.PathLike, state: Any, meta: dict) -> None:
+    """Writes `state` and `meta` (JSON-serialisable) to `run_dir`; a crash leaves the old ones."""
+    run_dir = Path(run_dir)
+    state = _to_numpy(state)
+    _atomic_write(run_dir / CHECKPOINT, serialization.to_bytes(state))
+    _atomic_write(run_dir / META, json.dumps(meta, indent=2, sort_keys=True).encode())
+
+
+def exists(run_dir: str | os.PathLike) -> bool:
+    run_dir = Path(run_dir)
+    return (run_dir / CHECKPOINT).is_file() and (run_dir / META).is_file()
+
+
+def load(run_dir: str | os.PathLike, template: Any) -> tuple[Any, dict]:
+    """Restores `(state, meta)` into the structure of `template`."""
+    run_dir = Path(run_dir)
+    meta = json.loads((run_dir / META).read_text())
+    raw = serialization.from_bytes(_to_numpy(template), (run_dir / CHECKPOINT).read_bytes())
+
+    def restore(t, x):
+        if _is_key(t):
+            return jax.random.wrap_key_data(np.asarray(x), impl=jax.random.key_impl(t))
+        return np.asarray(x, dtype=np.asarray(t).dtype)
+
+    return jax.tree.map(restore, template, raw), meta

@@ -1,0 +1,158 @@
+"""The `popeval` command line (also `python -m popeval`).
+
+    popeval evolve --config experiments/configs/cartpole.yaml [--key=value ...]
+    popeval evolve --resume RUN_DIR
+    popeval eval RUN_DIR [--episodes 64] [--which best|mean]
+    popeval list-envs
+    popeval bench [benchmark arguments]
+    popeval render RUN_DIR --out x.gif
+
+This is the application layer: it imports `popeval.strategies` lazily, and on a CPU machine
+it gives JAX one device per core before any JAX backend starts (unless the user set a count).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+__all__ = ["main"]
+
+log = logging.getLogger("popeval")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="popeval", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    e = sub.add_parser("evolve", help="evolve a controller from a YAML config")
+    e.add_argument("--config", help="YAML config (experiments/configs/*.yaml)")
+    e.add_argument("--resume", help="continue the run in this directory")
+    e.add_argument("--quiet", action="store_true", help="no progress bar")
+    e.add_argument("--wandb", choices=["auto", "disabled", "offline", "online"])
+    v = sub.add_parser("eval", help="returns of a saved controller")
+    v.add_argument("run_dir")
+    v.add_argument("--episodes", type=int, default=64)
+    v.add_argument("--which", choices=["best", "mean"], default="best")
+    v.add_argument("--seed", type=int, default=12345)
+    sub.add_parser("list-envs", help="registered environment ids")
+    b = sub.add_parser("bench", help="run experiments/benchmark.py", add_help=False)
+    b.add_argument("args", nargs=argparse.REMAINDER)
+    r = sub.add_parser("render", help="GIF of a saved controller")
+    r.add_argument("run_dir")
+    r.add_argument("--out", default=None)
+    r.add_argument("--which", choices=["best", "mean"], default="best")
+    r.add_argument("--seed", type=int, default=0)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args, extra = _parser().parse_known_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.getLogger("jax").setLevel(logging.WARNING)
+    from popeval import sharding
+
+    msg = sharding.use_all_cores()
+    if msg and args.command in ("evolve", "bench"):
+        log.info(msg)
+    try:
+        return _COMMANDS[args.command](args, extra)
+    except (ValueError, TypeError, FileNotFoundError) as e:
+        print(f"popeval {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _evolve(args, extra) -> int:
+    from popeval.strategies import evolve, load_config
+
+    overrides = list(extra)
+    if args.resume:
+        saved = Path(args.resume) / "config.json"
+        if not saved.is_file():
+            raise ValueError(f"--resume {args.resume}: not a popeval run directory (no config.json)")
+        base = json.loads(saved.read_text())
+        base.update({"resume": args.resume})
+        config = load_config(args.config, {**base, **_overrides_dict(overrides)})
+    else:
+        if not args.config:
+            raise ValueError("evolve needs --config (or --resume RUN_DIR)")
+        config = load_config(args.config, overrides)
+    updates = {}
+    if args.quiet:
+        updates["quiet"] = True
+    if args.wandb:
+        updates["wandb"] = args.wandb
+    if updates:
+        import dataclasses
+
+        config = dataclasses.replace(config, **updates)
+    summary = evolve(config)
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def _overrides_dict(items: list[str]) -> dict:
+    import yaml
+
+    out = {}
+    for item in items:
+        item = item[2:] if item.startswith("--") else item
+        if "=" not in item:
+            raise ValueError(f"override {item!r}: expected --key=value")
+        k, v = item.split("=", 1)
+        out[k.replace("-", "_")] = yaml.safe_load(v)
+    return out
+
+
+def _eval(args, extra) -> int:
+    import jax
+    import jax.numpy as jnp
+
+    from popeval.strategies import load_policy
+
+    run, params, obs_stats = load_policy(args.run_dir, args.which)
+    keys = jax.random.split(jax.random.key(args.seed), args.episodes)
+    result = run.manager.population_fitness(keys, jax.tree.map(lambda x: x[None], params), obs_stats=obs_stats)
+    returns = result.returns[0]
+    out = {"run_dir": args.run_dir, "policy": args.which, "episodes": args.episodes,
+           "mean_return": float(jnp.mean(returns)), "std_return": float(jnp.std(returns)),
+           "min_return": float(jnp.min(returns)), "max_return": float(jnp.max(returns))}
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+def _list_envs(args, extra) -> int:
+    from popeval.environments import registered_envs
+
+    print("\n".join(registered_envs))
+    return 0
+
+
+def _bench(args, extra) -> int:
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "experiments" / "benchmark.py"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found (the benchmark ships with the source tree)")
+    spec = importlib.util.spec_from_file_location("popeval_benchmark", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return int(module.main(list(args.args) + list(extra)) or 0)
+
+
+def _render(args, extra) -> int:
+    from popeval.environments import rendering
+    from popeval.strategies import load_policy
+
+    run, params, obs_stats = load_policy(args.run_dir, args.which)
+    out = args.out or str(Path(args.run_dir) / "policy.gif")
+    frames = rendering.render_policy(run.env, run.env_params, run.manager, params, obs_stats, seed=args.seed)
+    rendering.save_gif(frames, out)
+    print(out)
+    return 0
+
+
+_COMMANDS = {"evolve": _evolve, "eval": _eval, "list-envs": _list_envs, "bench": _bench, "render": _render}

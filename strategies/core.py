@@ -1,0 +1,244 @@
+"""Evolution strategies as optax-style pure functions over evosax's algorithms.
+
+    strategy = openai_es(pop_size=256, solution=params, learning_rate=0.05, std_init=0.1)
+    state = strategy.init(key, params)
+    population, state = strategy.ask(key, state)       # pytree, leading axis pop_size
+    state, metrics = strategy.tell(state, population, fitness)   # higher fitness is better
+
+The maths is evosax's (Salimans et al. 2017, OpenAI-ES; Hansen 2016, CMA-ES; and every other
+algorithm in `evosax.algorithms`); this module only adapts the interface: pytree solutions,
+fitness shaping chosen by name, non-finite fitness ranked worst, and the one sign flip from
+popeval's maximisation to evosax's minimisation.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from evosax import algorithms as evosax_algorithms
+from evosax.core import fitness_shaping as evosax_shaping
+from flax import struct
+
+__all__ = [
+    "Strategy",
+    "StrategyState",
+    "FITNESS_SHAPING",
+    "centered_rank",
+    "z_score",
+    "identity",
+    "sanitize_fitness",
+    "make_strategy",
+    "openai_es",
+    "cma_es",
+    "strategy_names",
+]
+
+
+# ------------------------------------------------------------------ fitness shaping
+def centered_rank(fitness: jax.Array) -> jax.Array:
+    """Ranks mapped to [-0.5, 0.5] (best is 0.5); ties share their average rank."""
+    ranks = jax.scipy.stats.rankdata(fitness) - 1.0
+    return ranks / jnp.maximum(fitness.shape[-1] - 1, 1) - 0.5
+
+
+def z_score(fitness: jax.Array) -> jax.Array:
+    """`(f - mean) / std`."""
+    return (fitness - fitness.mean()) / (fitness.std() + 1e-8)
+
+
+def identity(fitness: jax.Array) -> jax.Array:
+    """No shaping."""
+    return fitness
+
+
+FITNESS_SHAPING: dict[str, Callable[[jax.Array], jax.Array]] = {
+    "centered_rank": centered_rank,
+    "z_score": z_score,
+    "none": identity,
+}
+
+
+def sanitize_fitness(fitness: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Replaces NaN/inf by a value below every finite fitness; returns `(fitness, count)`.
+
+    A diverging policy is thus ranked worst and never puts a NaN into the strategy state.
+    """
+    finite = jnp.isfinite(fitness)
+    lo = jnp.min(jnp.where(finite, fitness, jnp.inf))
+    hi = jnp.max(jnp.where(finite, fitness, -jnp.inf))
+    worst = jnp.where(jnp.any(finite), lo - (hi - lo) - 1.0, 0.0)
+    return jnp.where(finite, fitness, worst), jnp.sum(~finite)
+
+
+# ------------------------------------------------------------------ the interface
+@struct.dataclass
+class StrategyState:
+    evo_state: Any  # evosax's state (flat vectors, minimisation)
+    evo_params: Any  # evosax's params
+    key: jax.Array  # for evosax's tell, which takes a key
+
+
+class Strategy(NamedTuple):
+    """A strategy: pure functions over a `StrategyState` pytree."""
+
+    init: Callable[[jax.Array, Any], StrategyState]
+    ask: Callable[[jax.Array, StrategyState], tuple[Any, StrategyState]]
+    tell: Callable[[StrategyState, Any, jax.Array], tuple[StrategyState, dict]]
+    mean: Callable[[StrategyState], Any]  # the distribution mean (or best member), a pytree
+    name: str
+    pop_size: int
+    num_dims: int
+
+
+def strategy_names() -> list[str]:
+    """Names accepted by `make_strategy` (evosax's algorithms plus aliases)."""
+    return sorted(set(evosax_algorithms.algorithms) | set(_ALIASES))
+
+
+_ALIASES = {"openai_es": "Open_ES", "cma_es": "CMA_ES", "snes": "SNES", "pgpe": "PGPE",
+            "ars": "ARS", "sep_cma_es": "Sep_CMA_ES", "simple_ga": "SimpleGA"}
+
+
+def _resolve(name: str) -> type:
+    norm = lambda s: s.lower().replace("-", "").replace("_", "")  # noqa: E731
+    table = {norm(k): v for k, v in evosax_algorithms.algorithms.items()}
+    table.update({norm(k): evosax_algorithms.algorithms[v] for k, v in _ALIASES.items()})
+    if norm(name) not in table:
+        close = difflib.get_close_matches(name, strategy_names(), n=3, cutoff=0.4)
+        hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
+        raise ValueError(f"Unknown strategy {name!r}.{hint} Known: {', '.join(strategy_names())}")
+    return table[norm(name)]
+
+
+def _std_schedule(std_init: float, std_decay: float, std_min: float):
+    if std_decay == 1.0:
+        return optax.constant_schedule(std_init)
+    return lambda step: jnp.maximum(std_init * std_decay**step, std_min)
+
+
+def make_strategy(
+    name: str,
+    pop_size: int,
+    solution: Any,
+    fitness_shaping: str = "centered_rank",
+    *,
+    learning_rate: float | None = None,
+    optimizer: str = "adam",
+    std_init: float | None = None,
+    std_decay: float = 1.0,
+    std_min: float = 0.0,
+    **kwargs: Any,
+) -> Strategy:
+    """Any evosax algorithm as a popeval `Strategy`.
+
+    Args:
+        name: an evosax algorithm (`"CMA_ES"`, `"Open_ES"`, `"SNES"`, `"SimpleGA"`, ...) or an
+            alias (`"openai_es"`, `"cma_es"`, ...); case, `-` and `_` are ignored.
+        pop_size: population size (>= 2; even for antithetic sampling).
+        solution: a parameter pytree with the shape of one solution.
+        fitness_shaping: `"centered_rank"`, `"z_score"` or `"none"`, applied to the
+            (maximised) fitness before the strategy sees it.
+        learning_rate, optimizer: for gradient-based algorithms (`optimizer` is an optax
+            optimizer name, e.g. "adam" or "sgd").
+        std_init, std_decay, std_min: initial search std and its per-generation decay.
+        **kwargs: further constructor arguments or `Params` fields of the evosax algorithm.
+    """
+    cls = _resolve(name)
+    if fitness_shaping not in FITNESS_SHAPING:
+        raise ValueError(
+            f"Unknown fitness_shaping {fitness_shaping!r}; choose from {sorted(FITNESS_SHAPING)}"
+        )
+    if int(pop_size) < 2:
+        raise ValueError(f"pop_size must be >= 2, got {pop_size}")
+    sig = inspect.signature(cls.__init__).parameters
+    ctor: dict[str, Any] = {}
+    if "use_antithetic_sampling" in sig and kwargs.get("use_antithetic_sampling", True):
+        if pop_size % 2:
+            raise ValueError(f"{cls.__name__} samples antithetic pairs: pop_size must be even, got {pop_size}")
+    if "optimizer" in sig:
+        ctor["optimizer"] = getattr(optax, optimizer)(1e-2 if learning_rate is None else learning_rate)
+    elif learning_rate is not None:
+        raise ValueError(f"{cls.__name__} takes no learning_rate")
+    if "std_schedule" in sig:
+        ctor["std_schedule"] = _std_schedule(1.0 if std_init is None else std_init, std_decay, std_min)
+    # Rank-weighted algorithms (CMA-ES and kin) keep evosax's weights; popeval shaping
+    # before them is monotone, so it never changes their ranking.
+    if sig.get("fitness_shaping_fn") is None or sig["fitness_shaping_fn"].default is not evosax_shaping.weights_fitness_shaping_fn:
+        ctor["fitness_shaping_fn"] = evosax_shaping.identity_fitness_shaping_fn
+    param_fields = {}
+    for k, v in kwargs.items():
+        if k in sig:
+            ctor[k] = v
+        else:
+            param_fields[k] = v
+    algo = cls(population_size=int(pop_size), solution=solution, **ctor)
+    evo_params = algo.default_params
+    if std_init is not None and "std_schedule" not in sig:
+        param_fields.setdefault("std_init", std_init)
+    known = set(getattr(evo_params, "__dataclass_fields__", {}))
+    unknown = sorted(set(param_fields) - known)
+    if unknown:
+        raise ValueError(
+            f"{cls.__name__}: unknown hyperparameter(s) {unknown}; constructor arguments: "
+            f"{sorted(set(sig) - {'self', 'population_size', 'solution'})}, params: {sorted(known)}"
+        )
+    if param_fields:
+        evo_params = evo_params.replace(**param_fields)
+    shape = FITNESS_SHAPING[fitness_shaping]
+    population_based = "mean" not in inspect.signature(algo.init).parameters
+
+    def init(key: jax.Array, mean_params: Any) -> StrategyState:
+        key_init, key_pop, key_tell = jax.random.split(key, 3)
+        if population_based:
+            flat = algo._ravel_solution(mean_params)
+            std = 1.0 if std_init is None else std_init
+            pop = flat + std * jax.random.normal(key_pop, (algo.population_size, algo.num_dims))
+            evo_state = algo.init(key_init, pop, jnp.full((algo.population_size,), jnp.inf), evo_params)
+        else:
+            evo_state = algo.init(key_init, mean_params, evo_params)
+        return _strong(StrategyState(evo_state=evo_state, evo_params=evo_params, key=key_tell))
+
+    def ask(key: jax.Array, state: StrategyState):
+        population, evo_state = algo.ask(key, state.evo_state, state.evo_params)
+        return population, state.replace(evo_state=evo_state)
+
+    def tell(state: StrategyState, population: Any, fitness: jax.Array):
+        fitness, nonfinite = sanitize_fitness(jnp.asarray(fitness, jnp.float32))
+        key, key_tell = jax.random.split(state.key)
+        shaped = shape(fitness)
+        evo_fitness = -shaped  # evosax minimises; popeval maximises returns.
+        evo_state, _ = algo.tell(key_tell, population, evo_fitness, state.evo_state, state.evo_params)
+        new = _strong(state.replace(evo_state=evo_state, key=key), like=state)
+        return new, {"nonfinite/count": nonfinite}
+
+    def mean(state: StrategyState) -> Any:
+        if hasattr(state.evo_state, "mean"):
+            return algo._unravel_solution(state.evo_state.mean)
+        return algo._unravel_solution(state.evo_state.best_solution)
+
+    return Strategy(init, ask, tell, mean, cls.__name__, int(pop_size), int(algo.num_dims))
+
+
+def _strong(tree: Any, like: Any = None) -> Any:
+    """Drops weak types (and matches `like`'s dtypes) so a jitted loop never recompiles."""
+    if like is None:
+        return jax.tree.map(lambda x: jnp.asarray(x, dtype=jnp.result_type(x)), tree)
+    return jax.tree.map(lambda x, y: jnp.asarray(x, dtype=jnp.result_type(y)), tree, like)
+
+
+def openai_es(pop_size: int, solution: Any, *, learning_rate: float = 0.05, std_init: float = 0.1,
+              fitness_shaping: str = "centered_rank", **kwargs: Any) -> Strategy:
+    """OpenAI-ES (Salimans et al., 2017) with Adam and antithetic sampling (evosax `Open_ES`)."""
+    return make_strategy("Open_ES", pop_size, solution, fitness_shaping,
+                         learning_rate=learning_rate, std_init=std_init, **kwargs)
+
+
+def cma_es(pop_size: int, solution: Any, *, std_init: float = 0.5,
+           fitness_shaping: str = "none", **kwargs: Any) -> Strategy:
+    """CMA-ES (Hansen, 2016) with evosax's recombination weights (evosax `CMA_ES`)."""
+    return make_strategy("CMA_ES", pop_size, solution, fitness_shaping, std_init=std_init, **kwargs)

@@ -1,0 +1,395 @@
+"""The evolve loop: ask -> shard -> evaluate -> gather -> tell -> log -> checkpoint.
+
+    from popeval.strategies import EvolveConfig, evolve
+    result = evolve(EvolveConfig(env_name="CartPole-v1", pop_size=256, num_generations=50))
+
+A generation is one `pmap`ped program per device (`popeval.sharding`): each device asks the
+strategy for the (same) population, evaluates its slice with the fitness-only path, the
+fitness is all-gathered and each device tells the strategy. Episode keys derive from
+(seed, generation, member index), so results do not depend on the number of devices. The
+state (strategy state, generation, best-so-far, observation statistics) is checkpointed
+every `checkpoint_every` generations; `resume=RUN_DIR` continues exactly where it stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import sys
+import time
+import typing
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import yaml
+from flax import struct
+
+from popeval import checkpoint, normalization, sharding
+from popeval.environments import make
+from popeval.logging import CSVSink, WandbSink, plot_fitness
+from popeval.policies import LSTMPolicy, MLPPolicy
+from popeval.rollout import RolloutWrapper
+
+from .core import make_strategy, sanitize_fitness
+
+__all__ = ["EvolveConfig", "EvolveState", "evolve", "load_config", "build"]
+
+log = logging.getLogger("popeval")
+
+# Fields that may differ between a run and its resumption.
+_RUN_CONTROL = {"resume", "quiet", "wandb", "run_dir", "num_generations"}
+
+
+@dataclasses.dataclass(frozen=True)
+class EvolveConfig:
+    """One experiment: environment, policy, strategy, budget and logging."""
+
+    env_name: str = "CartPole-v1"
+    env_kwargs: dict = dataclasses.field(default_factory=dict)
+    num_env_steps: typing.Optional[int] = None
+    policy: str = "mlp"  # "mlp" | "lstm"
+    hidden_sizes: tuple = (32, 32)
+    activation: str = "tanh"
+    strategy: str = "openai_es"
+    strategy_kwargs: dict = dataclasses.field(default_factory=dict)
+    fitness_shaping: str = "centered_rank"
+    pop_size: int = 256
+    num_rollouts: int = 8
+    num_generations: int = 100
+    common_random_numbers: bool = True
+    obs_normalization: bool = False
+    seed: int = 0
+    target: typing.Optional[float] = None  # reached when the population mean fitness >= target
+    stop_at_target: bool = False
+    eval_every: int = 10
+    eval_episodes: int = 64
+    checkpoint_every: int = 10
+    run_dir: typing.Optional[str] = None
+    resume: typing.Optional[str] = None
+    wandb: str = "auto"  # auto | disabled | offline | online
+    wandb_project: str = "popeval"
+    quiet: bool = False
+    budget: str = ""  # free text: the wall-time budget the config was tuned for
+
+    def __post_init__(self):
+        if self.pop_size < 2:
+            raise ValueError(f"pop_size must be >= 2, got {self.pop_size}")
+        if self.num_rollouts < 1 or self.num_generations < 1:
+            raise ValueError("num_rollouts and num_generations must be >= 1")
+        if self.policy not in ("mlp", "lstm"):
+            raise ValueError(f"policy must be 'mlp' or 'lstm', got {self.policy!r}")
+        if self.wandb not in ("auto", "disabled", "offline", "online"):
+            raise ValueError(f"wandb must be auto, disabled, offline or online, got {self.wandb!r}")
+        if self.eval_every < 1 or self.checkpoint_every < 1 or self.eval_episodes < 1:
+            raise ValueError("eval_every, checkpoint_every and eval_episodes must be >= 1")
+        object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["hidden_sizes"] = list(self.hidden_sizes)
+        return d
+
+
+def _check_type(name: str, value: Any, annotation: Any) -> Any:
+    hint = typing.get_type_hints(EvolveConfig)[name]
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    allowed = args if origin is typing.Union else (hint,)
+    for t in allowed:
+        if t is type(None) and value is None:
+            return value
+        if t is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if t is tuple and isinstance(value, (list, tuple)):
+            return tuple(value)
+        if t is not type(None) and isinstance(value, t) and not (t is int and isinstance(value, bool)):
+            return value
+    names = " or ".join(getattr(t, "__name__", str(t)) for t in allowed)
+    raise TypeError(f"config key {name!r}: expected {names}, got {value!r} ({type(value).__name__})")
+
+
+def load_config(path: str | os.PathLike | None = None, overrides: list[str] | dict | None = None) -> EvolveConfig:
+    """Builds an `EvolveConfig` from a YAML file and `key=value` overrides (values in YAML syntax).
+
+    Raises:
+        ValueError / TypeError naming an unknown or mistyped key.
+    """
+    data: dict = {}
+    if path is not None:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: a config file holds a mapping of keys to values")
+    if isinstance(overrides, dict):
+        data.update(overrides)
+    else:
+        for item in overrides or []:
+            item = item[2:] if item.startswith("--") else item
+            if "=" not in item:
+                raise ValueError(f"override {item!r}: expected key=value")
+            k, v = item.split("=", 1)
+            data[k.replace("-", "_")] = yaml.safe_load(v)
+    fields = {f.name for f in dataclasses.fields(EvolveConfig)}
+    for k in data:
+        if k not in fields:
+            import difflib
+
+            close = difflib.get_close_matches(k, fields, n=1)
+            raise ValueError(f"unknown config key {k!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    typed = {k: _check_type(k, v, None) for k, v in data.items()}
+    return EvolveConfig(**typed)
+
+
+@struct.dataclass
+class EvolveState:
+    strategy: Any
+    generation: jax.Array  # int32
+    best_params: Any
+    best_fitness: jax.Array  # float32
+    obs_stats: Any  # ObsStats or None
+
+
+class Run(typing.NamedTuple):
+    """Everything built from a config (no state)."""
+
+    env: Any
+    env_params: Any
+    policy: Any
+    manager: RolloutWrapper
+    strategy: Any
+    template: Any  # one policy's parameters
+
+
+def build(config: EvolveConfig) -> Run:
+    """Environment, policy, rollout manager and strategy for a config."""
+    env, env_params = make(config.env_name, **config.env_kwargs)
+    if config.policy == "lstm":
+        policy = LSTMPolicy.for_env(env, env_params, hidden_size=config.hidden_sizes[0])
+        init_carry = policy.initialize_carry()
+    else:
+        policy = MLPPolicy.for_env(env, env_params, hidden_sizes=config.hidden_sizes,
+                                   activation=config.activation)
+        init_carry = None
+    manager = RolloutWrapper(
+        policy.apply, env=env, env_params=env_params, num_env_steps=config.num_env_steps,
+        init_carry=init_carry, common_random_numbers=config.common_random_numbers,
+        obs_normalization=config.obs_normalization,
+    )
+    template = policy.init_params(jax.random.key(config.seed), env, env_params)
+    strategy = make_strategy(config.strategy, config.pop_size, template, config.fitness_shaping,
+                             **config.strategy_kwargs)
+    return Run(env, env_params, policy, manager, strategy, template)
+
+
+def _init_state(run: Run, config: EvolveConfig) -> EvolveState:
+    key = jax.random.key(config.seed)
+    stats = normalization.init(run.manager.obs_shape) if config.obs_normalization else None
+    return EvolveState(
+        strategy=run.strategy.init(jax.random.fold_in(key, 1), run.template),
+        generation=jnp.int32(0),
+        best_params=run.template,
+        best_fitness=jnp.float32(-jnp.inf),
+        obs_stats=stats,
+    )
+
+
+def _generation_fn(run: Run, config: EvolveConfig, devices: int):
+    """The per-device generation program (traced once)."""
+    pop_size, num_rollouts = config.pop_size, config.num_rollouts
+    base = jax.random.key(config.seed)
+
+    def generation(state: EvolveState):
+        gen_key = jax.random.fold_in(jax.random.fold_in(base, 2), state.generation)
+        key_ask, key_eval = jax.random.split(gen_key)
+        population, strategy_state = run.strategy.ask(key_ask, state.strategy)
+        members, per_device = sharding.local_slice(pop_size, devices)
+        mine = jax.tree.map(lambda x: x[jnp.minimum(members, pop_size - 1)], population)
+        if config.common_random_numbers:
+            keys = jnp.broadcast_to(jax.random.split(key_eval, num_rollouts), (per_device, num_rollouts))
+        else:
+            keys = jax.vmap(lambda i: jax.random.split(jax.random.fold_in(key_eval, i), num_rollouts))(members)
+        result = run.manager.population_fitness(keys, mine, obs_stats=state.obs_stats)
+        fitness = sharding.gather_members(result.returns.mean(axis=-1), pop_size)
+        steps = sharding.gather_members(result.lengths.sum(axis=-1), pop_size)
+        strategy_state, tell_metrics = run.strategy.tell(strategy_state, population, fitness)
+
+        clean, _ = sanitize_fitness(fitness)
+        best = jnp.argmax(clean)
+        improved = jnp.isfinite(fitness[best]) & (fitness[best] > state.best_fitness)
+        best_params = jax.tree.map(lambda b, p: jnp.where(improved, p[best], b), state.best_params, population)
+        best_fitness = jnp.where(improved, fitness[best], state.best_fitness)
+        obs_stats = state.obs_stats
+        if config.obs_normalization:
+            obs_stats = normalization.merge_stacked(sharding.gather_members(result.obs_stats, pop_size), obs_stats)
+
+        finite = jnp.isfinite(fitness)
+        masked = jnp.where(finite, fitness, jnp.nan)
+        metrics = {
+            "fitness/max": jnp.nanmax(masked),
+            "fitness/mean": jnp.nanmean(masked),
+            "fitness/min": jnp.nanmin(masked),
+            "fitness/std": jnp.nanstd(masked),
+            "best/fitness": best_fitness,
+            "steps/generation": jnp.sum(steps).astype(jnp.float32),
+            **tell_metrics,
+        }
+        new = EvolveState(
+            strategy=strategy_state, generation=state.generation + 1, best_params=best_params,
+            best_fitness=best_fitness, obs_stats=obs_stats,
+        )
+        return new, metrics
+
+    return generation
+
+
+def _eval_fn(run: Run, config: EvolveConfig):
+    """Mean return of one policy over `eval_episodes` episodes (own keys, fixed per call)."""
+    manager = run.manager
+
+    def evaluate(params, obs_stats, key):
+        keys = jax.random.split(key, config.eval_episodes)
+        result = manager.population_fitness(keys, jax.tree.map(lambda x: x[None], params), obs_stats=obs_stats)
+        return result.returns[0]
+
+    return jax.jit(evaluate)
+
+
+def _prepare_run_dir(config: EvolveConfig) -> tuple[Path, bool]:
+    if config.resume:
+        run_dir = Path(config.resume)
+        if not checkpoint.exists(run_dir) or not (run_dir / "config.json").is_file():
+            raise ValueError(f"--resume {run_dir}: not a popeval run directory (no checkpoint found)")
+        saved = json.loads((run_dir / "config.json").read_text())
+        mine = config.to_dict()
+        diff = sorted(k for k in set(saved) | set(mine)
+                      if k not in _RUN_CONTROL and saved.get(k) != mine.get(k))
+        if diff:
+            raise ValueError(f"--resume {run_dir}: the run was made with another config (differs in {diff})")
+        return run_dir, True
+    run_dir = Path(config.run_dir or f"runs/{config.env_name}-{config.strategy}-seed{config.seed}-{time.strftime('%Y%m%d-%H%M%S')}")
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise ValueError(f"run directory {run_dir} is not empty; pass resume={run_dir} to continue it")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.json").write_text(json.dumps(config.to_dict(), indent=2, sort_keys=True))
+    return run_dir, False
+
+
+def _to_host(tree):
+    return jax.tree.map(lambda x: x.item() if hasattr(x, "item") else x, jax.device_get(tree))
+
+
+def evolve(config: EvolveConfig, *, progress: bool | None = None) -> dict:
+    """Runs (or resumes) an experiment; returns a summary dict (also in `result.json`)."""
+    t_start = time.perf_counter()
+    run_dir, resuming = _prepare_run_dir(config)
+    run = build(config)
+    devices = sharding.num_devices()
+    state = _init_state(run, config)
+    meta: dict = {"generation": 0, "env_steps": 0, "wandb_id": None, "solved_at": None}
+    if resuming:
+        state, meta = checkpoint.load(run_dir, state)
+        state = jax.tree.map(jnp.asarray, state)
+    start_gen = int(meta["generation"])
+    csv = CSVSink(run_dir / "metrics.csv", keep_until=start_gen if resuming else None)
+    wandb = WandbSink(config.wandb, config.wandb_project, run_dir, config.to_dict(),
+                      name=run_dir.name, resume_id=meta.get("wandb_id"))
+    meta["wandb_id"] = wandb.run_id or meta.get("wandb_id")
+
+    step = sharding.pmap_replicated(_generation_fn(run, config, devices), devices)
+    evaluate = _eval_fn(run, config)
+    eval_key = jax.random.fold_in(jax.random.key(config.seed), 3)
+    show = (not config.quiet and sys.stderr.isatty()) if progress is None else progress
+    bar = None
+    if show:
+        from tqdm import tqdm
+
+        bar = tqdm(total=config.num_generations, initial=start_gen, desc=config.env_name, unit="gen")
+    log.info("run %s: %s on %s, pop %d x %d rollouts, %d device(s)%s", run_dir, run.strategy.name,
+             config.env_name, config.pop_size, config.num_rollouts, devices, " (resumed)" if resuming else "")
+
+    def save():
+        checkpoint.save(run_dir, state, meta)
+
+    compile_time = None
+    gen = start_gen
+    try:
+        while gen < config.num_generations:
+            t0 = time.perf_counter()
+            state, metrics = step(state)
+            metrics = _to_host(metrics)
+            dt = time.perf_counter() - t0
+            if compile_time is None:
+                compile_time = dt
+            gen += 1
+            meta["env_steps"] += int(metrics.pop("steps/generation"))
+            metrics.update({"generation": gen, "steps/env_total": meta["env_steps"],
+                            "steps/per_second": meta["env_steps"] and 0.0})
+            metrics["steps/per_second"] = float(metrics.get("steps/per_second") or 0.0)
+            metrics["eval/return"] = math.nan
+            if gen % config.eval_every == 0 or gen == config.num_generations:
+                returns = evaluate(run.strategy.mean(state.strategy), state.obs_stats, jax.random.fold_in(eval_key, gen))
+                metrics["eval/return"] = float(jnp.mean(returns))
+            metrics["time/elapsed"] = time.perf_counter() - t_start
+            metrics["steps/per_second"] = _steps_per_second(metrics, dt)
+            solved = config.target is not None and metrics["fitness/mean"] >= config.target
+            if solved and meta.get("solved_at") is None:
+                meta["solved_at"] = {"generation": gen, "seconds": metrics["time/elapsed"]}
+            csv.log(metrics)
+            wandb.log(metrics, step=gen)
+            meta["generation"] = gen
+            if bar is not None:
+                bar.set_postfix(best=f"{metrics['best/fitness']:.1f}", mean=f"{metrics['fitness/mean']:.1f}",
+                                sps=f"{metrics['steps/per_second']:.2e}")
+                bar.update(1)
+            if gen % config.checkpoint_every == 0:
+                save()
+            if solved and config.stop_at_target:
+                break
+    finally:
+        if bar is not None:
+            bar.close()
+        if gen > start_gen:
+            save()
+        plot_fitness(run_dir / "metrics.csv", run_dir / "fitness.png", f"{config.env_name} / {run.strategy.name}")
+        wandb.finish()
+
+    mean_returns = evaluate(run.strategy.mean(state.strategy), state.obs_stats, jax.random.fold_in(eval_key, 10**6))
+    best_returns = evaluate(state.best_params, state.obs_stats, jax.random.fold_in(eval_key, 10**6))
+    summary = {
+        "env_name": config.env_name,
+        "strategy": run.strategy.name,
+        "generations": gen,
+        "env_steps": meta["env_steps"],
+        "mean_policy_return": float(jnp.mean(mean_returns)),
+        "best_policy_return": float(jnp.mean(best_returns)),
+        "eval_episodes": config.eval_episodes,
+        "best_fitness": float(state.best_fitness),
+        "solved_at": meta.get("solved_at"),
+        "wall_seconds": time.perf_counter() - t_start,
+        "first_generation_seconds": compile_time,
+        "devices": devices,
+        "run_dir": str(run_dir),
+    }
+    (run_dir / "result.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def _steps_per_second(metrics: dict, seconds: float) -> float:
+    steps = metrics["steps/env_total"]
+    prev = getattr(_steps_per_second, "_prev", 0)
+    _steps_per_second._prev = steps
+    return float(max(steps - prev, 0) / max(seconds, 1e-9))
+
+
+def load_policy(run_dir: str | os.PathLike, which: str = "best"):
+    """`(run, params, obs_stats)` of a saved run: its `best` or `mean` policy."""
+    run_dir = Path(run_dir)
+    config = EvolveConfig(**{**json.loads((run_dir / "config.json").read_text()), "resume": None})
+    run = build(config)
+    state, _ = checkpoint.load(run_dir, _init_state(run, config))
+    state = jax.tree.map(jnp.asarray, state)
+    params = state.best_params if which == "best" else run.strategy.mean(state.strategy)
+    return run, params, state.obs_stats

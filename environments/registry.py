@@ -8,6 +8,27 @@ import inspect
 from typing import Any, Callable
 
 from .classic_control import Acrobot, CartPole, MountainCar, MountainCarContinuous, Pendulum
+from .misc import (
+    BernoulliBandit,
+    FourRooms,
+    FrozenLake,
+    GaussianBandit,
+    MetaMaze,
+    PointRobot,
+    Pong,
+    Reacher,
+    Swimmer,
+)
+from .bsuite import (
+    Catch,
+    DeepSea,
+    DiscountingChain,
+    MemoryChain,
+    MNISTBandit,
+    SimpleBandit,
+    UmbrellaChain,
+)
+from .minatar import Asterix, Breakout, Freeway, Seaquest, SpaceInvaders
 from .environment import Environment
 
 __all__ = ["REGISTRY", "registered_envs", "make"]
@@ -21,8 +42,29 @@ REGISTRY: dict[str, Callable[..., Environment]] = {
     "MountainCar-v0": MountainCar,
     "MountainCarContinuous-v0": MountainCarContinuous,
     # bsuite
+    "Catch-bsuite": Catch,
+    "DeepSea-bsuite": DeepSea,
+    "MemoryChain-bsuite": MemoryChain,
+    "UmbrellaChain-bsuite": UmbrellaChain,
+    "DiscountingChain-bsuite": DiscountingChain,
+    "SimpleBandit-bsuite": SimpleBandit,
+    "MNISTBandit-bsuite": MNISTBandit,
     # misc
+    "FourRooms-misc": FourRooms,
+    "MetaMaze-misc": MetaMaze,
+    "PointRobot-misc": PointRobot,
+    "BernoulliBandit-misc": BernoulliBandit,
+    "GaussianBandit-misc": GaussianBandit,
+    "FrozenLake-misc": FrozenLake,
+    "Pong-misc": Pong,
+    "Reacher-misc": Reacher,
+    "Swimmer-misc": Swimmer,
     # MinAtar
+    "Breakout-MinAtar": Breakout,
+    "Asterix-MinAtar": Asterix,
+    "Freeway-MinAtar": Freeway,
+    "SpaceInvaders-MinAtar": SpaceInvaders,
+    "Seaquest-MinAtar": Seaquest,
 }
 
 registered_envs: tuple[str, ...] = tuple(REGISTRY)

@@ -119,7 +119,9 @@ class Box(Space):
         finite = jnp.isfinite(low) & jnp.isfinite(high)
         k1, k2 = jax.random.split(key)
         u = jax.random.uniform(k1, self.shape, self.dtype)
-        bounded = low + u * jnp.where(finite, high - low, 0.0)
+        # A convex combination: `high - low` overflows to inf for bounds near float32 max.
+        lo, hi = jnp.where(finite, low, 0.0), jnp.where(finite, high, 0.0)
+        bounded = jnp.clip(lo * (1 - u) + hi * u, lo, hi)
         normal = jax.random.normal(k2, self.shape, self.dtype)
         return jnp.where(finite, bounded, normal).astype(self.dtype)
 

@@ -41,7 +41,10 @@ def action_head(x: jax.Array, discrete: bool, low: Sequence[float], high: Sequen
         return jnp.argmax(x, axis=-1).astype(jnp.int32)
     low, high = jnp.asarray(low, jnp.float32), jnp.asarray(high, jnp.float32)
     finite = jnp.isfinite(low) & jnp.isfinite(high)
-    scaled = low + (jnp.tanh(x) + 1.0) * 0.5 * (high - low)
+    # centre + half-width * tanh, not low + (tanh + 1) * ...: XLA folds `(t + 1) - 1` to `t`
+    # in some programs and not in others, which broke the bit-exact fitness == trajectory
+    # promise for Box([-1, 1]) actions. The clip guards against rounding past a bound.
+    scaled = jnp.clip((low + high) * 0.5 + (high - low) * 0.5 * jnp.tanh(x), low, high)
     return jnp.where(finite, scaled, x)
 
 

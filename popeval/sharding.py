@@ -19,6 +19,8 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 __all__ = ["AXIS", "use_all_cores", "num_devices", "local_slice", "gather_members", "pmap_replicated"]
 
@@ -67,9 +69,15 @@ def pmap_replicated(fn: Callable, devices: int) -> Callable:
     mapped = jax.pmap(lambda _, *args: fn(*args), axis_name=AXIS, in_axes=0,
                       devices=jax.local_devices()[:devices])
     ids = jnp.arange(devices)
+    # Outputs of the previous call are committed to the device mesh; pmap refuses them unless
+    # they are laid out as it expects (one slice per device), so place the stacked copies.
+    stacked = NamedSharding(Mesh(np.array(jax.local_devices()[:devices]), (AXIS,)), PartitionSpec(AXIS))
+
+    def replicate(x):
+        return jax.device_put(jnp.broadcast_to(x, (devices,) + jnp.shape(x)), stacked)
 
     def call(*args):
-        out = mapped(ids, *[jax.tree.map(lambda x: jnp.broadcast_to(x, (devices,) + jnp.shape(x)), a) for a in args])
+        out = mapped(ids, *[jax.tree.map(replicate, a) for a in args])
         return jax.tree.map(lambda x: x[0], out)
 
     call.mapped = mapped

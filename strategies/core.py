@@ -128,6 +128,8 @@ def make_strategy(
     fitness_shaping: str = "centered_rank",
     *,
     learning_rate: float | None = None,
+    lr_decay: float = 1.0,
+    lr_min: float = 0.0,
     optimizer: str = "adam",
     std_init: float | None = None,
     std_decay: float = 1.0,
@@ -143,8 +145,9 @@ def make_strategy(
         solution: a parameter pytree with the shape of one solution.
         fitness_shaping: `"centered_rank"`, `"z_score"` or `"none"`, applied to the
             (maximised) fitness before the strategy sees it.
-        learning_rate, optimizer: for gradient-based algorithms (`optimizer` is an optax
-            optimizer name, e.g. "adam" or "sgd").
+        learning_rate, lr_decay, lr_min, optimizer: for gradient-based algorithms: the
+            learning rate, its per-generation decay factor and floor, and an optax optimizer
+            name (e.g. "adam" or "sgd").
         std_init, std_decay, std_min: initial search std and its per-generation decay.
         **kwargs: further constructor arguments or `Params` fields of the evosax algorithm.
     """
@@ -161,7 +164,10 @@ def make_strategy(
         if pop_size % 2:
             raise ValueError(f"{cls.__name__} samples antithetic pairs: pop_size must be even, got {pop_size}")
     if "optimizer" in sig:
-        ctor["optimizer"] = getattr(optax, optimizer)(1e-2 if learning_rate is None else learning_rate)
+        lr = 1e-2 if learning_rate is None else learning_rate
+        if lr_decay != 1.0:
+            lr = optax.exponential_decay(lr, transition_steps=1, decay_rate=lr_decay, end_value=lr_min)
+        ctor["optimizer"] = getattr(optax, optimizer)(lr)
     elif learning_rate is not None:
         raise ValueError(f"{cls.__name__} takes no learning_rate")
     if "std_schedule" in sig:

@@ -284,8 +284,8 @@ def _to_host(tree):
 def evolve(config: EvolveConfig, *, progress: bool | None = None) -> dict:
     """Runs (or resumes) an experiment; returns a summary dict (also in `result.json`)."""
     t_start = time.perf_counter()
+    run = build(config)  # a bad config fails here, before the run directory is touched
     run_dir, resuming = _prepare_run_dir(config)
-    run = build(config)
     devices = sharding.num_devices()
     state = _init_state(run, config)
     meta: dict = {"generation": 0, "env_steps": 0, "wandb_id": None, "solved_at": None}
@@ -324,16 +324,15 @@ def evolve(config: EvolveConfig, *, progress: bool | None = None) -> dict:
             if compile_time is None:
                 compile_time = dt
             gen += 1
-            meta["env_steps"] += int(metrics.pop("steps/generation"))
+            gen_steps = int(metrics.pop("steps/generation"))
+            meta["env_steps"] += gen_steps
             metrics.update({"generation": gen, "steps/env_total": meta["env_steps"],
-                            "steps/per_second": meta["env_steps"] and 0.0})
-            metrics["steps/per_second"] = float(metrics.get("steps/per_second") or 0.0)
+                            "steps/per_second": gen_steps / max(dt, 1e-9)})
             metrics["eval/return"] = math.nan
             if gen % config.eval_every == 0 or gen == config.num_generations:
                 returns = evaluate(run.strategy.mean(state.strategy), state.obs_stats, jax.random.fold_in(eval_key, gen))
                 metrics["eval/return"] = float(jnp.mean(returns))
             metrics["time/elapsed"] = time.perf_counter() - t_start
-            metrics["steps/per_second"] = _steps_per_second(metrics, dt)
             solved = config.target is not None and metrics["fitness/mean"] >= config.target
             if solved and meta.get("solved_at") is None:
                 meta["solved_at"] = {"generation": gen, "seconds": metrics["time/elapsed"]}
@@ -375,13 +374,6 @@ def evolve(config: EvolveConfig, *, progress: bool | None = None) -> dict:
     }
     (run_dir / "result.json").write_text(json.dumps(summary, indent=2))
     return summary
-
-
-def _steps_per_second(metrics: dict, seconds: float) -> float:
-    steps = metrics["steps/env_total"]
-    prev = getattr(_steps_per_second, "_prev", 0)
-    _steps_per_second._prev = steps
-    return float(max(steps - prev, 0) / max(seconds, 1e-9))
 
 
 def load_policy(run_dir: str | os.PathLike, which: str = "best"):

@@ -7,8 +7,8 @@ RandomState is replaced by a recorder, so each step's draws become our `SpawnDra
 deterministic `apply` then replays every recorded episode in one jitted `lax.scan`, and
 observation, reward and terminal must agree exactly at every step (and the first
 observation of every episode). Each game also asserts that the scripted situations of its
-brief actually occurred. Sticky actions, out-of-range actions, spawn statistics and the
-public API are tested on our side alone.
+brief actually occurred. Sticky actions, out-of-range actions, the ramping switch and spawn
+statistics are tested on our side alone (the API contract is tests/test_envs_generic.py's).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class Run:
 
 @dataclasses.dataclass
 class Record:
-    starts: list  # our EnvState fields (numpy) at each episode start
+    starts: list  # our EnvState (numpy leaves) at each episode start
     first_obs: list  # the reference's observation there
     first: list  # per step: the first step of an episode
     episode: list  # per step: episode index
@@ -110,12 +110,19 @@ def play(game: str, runs: list[Run], to_state, to_draws, events, seed: int) -> R
 
 
 def _snapshot(g):
-    return {k: (v.copy() if isinstance(v, np.ndarray) else [list(e) for e in v] if isinstance(v, list) else v)
-            for k, v in vars(g).items() if k not in ("random", "channels", "action_map")}  # fmt: skip
+    """A copy of the reference game's attributes (before a step)."""
+
+    def copy(v):
+        if isinstance(v, np.ndarray):
+            return v.copy()
+        return [list(e) for e in v] if isinstance(v, list) else v
+
+    return {k: copy(v) for k, v in vars(g).items() if k != "random"}
 
 
 def replay(env, params, rec: Record):
-    """Our `apply` over the recorded steps (one jitted scan): `(first_obs, obs, rewards, terminals)`."""
+    """Our `apply` over the recorded steps in one jitted scan:
+    `(first_obs, obs, rewards, terminals)`."""
 
     def run(starts, first, episode, actions, draws):
         def body(state, xs):
@@ -189,11 +196,12 @@ def si_draws(log):
 def si_aim(g, rng, fire=True):
     """Dodges enemy bullets about to land on the cannon, else moves under the nearest
     alien column and fires (or, with `fire=False`, waits for the aliens to land)."""
-    def threatened(c):
-        return 0 <= c <= 9 and (g.e_bullet_map[7:9, c].any() or g.alien_map[8:10, c].any())
+
+    def threatened(c):  # off the grid, or a bullet or an alien about to land on column c
+        return not 0 <= c <= 9 or g.e_bullet_map[7:9, c].any() or g.alien_map[8:10, c].any()
 
     if threatened(g.pos):
-        safe = [a for a, c in ((LEFT, g.pos - 1), (RIGHT, g.pos + 1)) if 0 <= c <= 9 and not threatened(c)]
+        safe = [a for a, c in ((LEFT, g.pos - 1), (RIGHT, g.pos + 1)) if not threatened(c)]
         return safe[rng.randint(len(safe))] if safe else NOOP
     if not fire:
         return int(rng.choice([NOOP, LEFT, RIGHT]))
@@ -235,9 +243,10 @@ def si_last_aliens(g, rng):
 
 def si_events(ev, before, action, g, reward, terminal):
     ev["alien direction reversed"] += g.alien_dir != before["alien_dir"]
-    ev["aliens moved sideways"] += (before["alien_move_timer"] == 0) & (g.alien_dir == before["alien_dir"])
+    moved = before["alien_move_timer"] == 0
+    ev["aliens moved sideways"] += moved and g.alien_dir == before["alien_dir"]
     ev["move timer below the interval (thinned wave)"] += (
-        before["alien_move_timer"] == 0 and 0 < g.alien_move_timer + 1 < g.enemy_move_interval
+        moved and 0 < g.alien_move_timer + 1 < g.enemy_move_interval
     )
     ev["alien fired"] += before["alien_shot_timer"] == 0
     ev["fire while the gun cools"] += (action == FIRE) & (before["shot_timer"] > 0)
@@ -247,7 +256,9 @@ def si_events(ev, before, action, g, reward, terminal):
     ev["wave cleared"] += new_wave
     ev["wave cleared: first wave, faster"] += new_wave and before["enemy_move_interval"] == 12
     ev["wave cleared: faster"] += g.enemy_move_interval < before["enemy_move_interval"]
-    ev["wave cleared: end of the ramp"] += new_wave and g.enemy_move_interval == before["enemy_move_interval"]
+    ev["wave cleared: end of the ramp"] += (
+        new_wave and g.enemy_move_interval == before["enemy_move_interval"]
+    )
     if terminal:
         hit = before["e_bullet_map"][8, g.pos] or g.e_bullet_map[9, g.pos]
         ev["cannon hit by a bullet"] += hit
@@ -267,6 +278,16 @@ SI_RUNS = [
 ]
 
 
+SI_EVENTS = (
+    "alien direction reversed", "aliens moved sideways",
+    "move timer below the interval (thinned wave)", "alien fired", "fire while the gun cools",
+    "alien shot down", "two aliens shot in one step", "wave cleared",
+    "wave cleared: first wave, faster", "wave cleared: faster", "wave cleared: end of the ramp",
+    "cannon hit by a bullet", "alien reached the cannon",
+    "aliens landed while reversing (row 9 wraps to 0)",
+)  # fmt: skip
+
+
 def test_space_invaders_conformance():
     env, params = make("SpaceInvaders-MinAtar", sticky_action_prob=0.0)
     rec = play("space_invaders", SI_RUNS, si_state, si_draws, si_events, seed=0)
@@ -275,20 +296,12 @@ def test_space_invaders_conformance():
     assert_conforms(env, params, rec)
 
 
-SI_EVENTS = (
-    "alien direction reversed", "aliens moved sideways", "move timer below the interval (thinned wave)",
-    "alien fired", "fire while the gun cools", "alien shot down", "two aliens shot in one step",
-    "wave cleared", "wave cleared: first wave, faster", "wave cleared: faster",
-    "wave cleared: end of the ramp", "cannon hit by a bullet", "alien reached the cannon",
-    "aliens landed while reversing (row 9 wraps to 0)",
-)  # fmt: skip
-
-
 # ============================================================================= Seaquest
 def sq_state(g):
     """Our state from the reference's (its lists may hold enemies, divers and friendly
     bullets, but no enemy bullet: ours are tied to the sub that fired them)."""
     assert not g.e_bullets
+    assert g.surface == (g.sub_y == 0)  # ours keeps no `surface` flag
 
     def table(rows, width, size):  # newest first, padded
         out = np.zeros((size, width), np.int32)
@@ -315,7 +328,7 @@ def sq_state(g):
         e_spawn_speed=i32(g.e_spawn_speed), e_spawn_timer=i32(g.e_spawn_timer),
         d_spawn_timer=i32(g.d_spawn_timer), move_speed=i32(g.move_speed),
         ramp_index=i32(g.ramp_index), shot_timer=i32(g.shot_timer),
-        surface=np.bool_(g.surface), terminal=np.bool_(g.terminal),
+        terminal=np.bool_(g.terminal),
         last_action=i32(0), time=i32(0),
     )  # fmt: skip
 
@@ -380,6 +393,12 @@ def sq_hard(g, rng):
     g.diver_count = rng.randint(0, 7)
 
 
+def sq_fastest(g, rng):
+    """The end of the ramp (a spawn every step), the player safe on the surface: the most
+    enemies alive at once."""
+    g.ramp_index, g.e_spawn_speed, g.move_speed = 25, 1, 2
+
+
 def sq_air(g, rng):
     """Below the surface, short of oxygen, with 0, some, or 6 divers (or fewer than 0, as
     the reference leaves it after a bonus)."""
@@ -396,28 +415,32 @@ def sq_up(g, rng):
 
 
 def sq_crowd(g, rng):
-    """Enemies stacked on the cells of a row and friendly bullets among them (kills by
-    bullets moving or enemies moving, several candidates on one cell), maybe the player
-    and a diver there too."""
-    row, c0, right = rng.randint(1, 9), rng.randint(0, 8), bool(rng.rand() < 0.5)
+    """Enemies stacked on and around a cell of a row, often about to move on together,
+    friendly bullets among them or heading for the cell they move to (several candidates
+    for one bullet, or two bullets for one cell), the player and divers nearby."""
+    row, right = rng.randint(1, 9), bool(rng.rand() < 0.5)
+    step = 1 if right else -1
+    c = rng.randint(2, 8)  # the stack's cell; c + 2 * step is on the grid
     for _ in range(rng.randint(2, 6)):
-        x, timer = c0 + rng.randint(0, 3), rng.randint(0, 3)
+        x, timer = c + step * rng.randint(-1, 2), (0 if rng.rand() < 0.6 else rng.randint(1, 3))
         if rng.rand() < 0.5:
             g.e_subs.append([x, row, right, timer, rng.randint(0, 3)])
         else:
             g.e_fish.append([x, row, right, timer])
-    for _ in range(rng.randint(1, 3)):
-        b = [c0 + rng.randint(-1, 4), row, bool(rng.rand() < 0.5)]
-        if 0 <= b[0] <= 9 and b not in g.f_bullets:
-            g.f_bullets.append(b)
-    g.sub_x = rng.randint(0, 10)
-    g.sub_y = row if rng.rand() < 0.3 else rng.randint(1, 9)
-    g.sub_or = g.sub_x > 0 and rng.rand() < 0.5 if g.sub_x < 9 else True
+    candidates = [[c + 2 * step, row, not right], [c, row, right],
+                  [c + rng.randint(-2, 3), row, bool(rng.rand() < 0.5)]]  # fmt: skip
+    for i in rng.permutation(3)[: rng.randint(1, 3)]:
+        if 0 <= candidates[i][0] <= 9:
+            g.f_bullets.append(candidates[i])
+    where = rng.rand()
+    g.sub_x = c + step if where < 0.3 else rng.randint(0, 10)
+    g.sub_y = row if where < 0.5 else rng.randint(1, 9)
+    g.sub_or = (g.sub_x > 0 and rng.rand() < 0.5) if g.sub_x < 9 else True  # back on the grid
     g.surface = False
     g.shot_timer = 10  # no third friendly bullet
     g.diver_count = rng.randint(4, 7)
     if rng.rand() < 0.5:
-        g.divers.append([c0 + rng.randint(0, 3), row, right, rng.randint(0, 2)])
+        g.divers.append([c + step * rng.randint(-1, 2), row, right, rng.randint(0, 2)])
     for _ in range(rng.randint(0, 3 - len(g.divers))):  # on the player's cell or moving onto it
         right, behind = bool(rng.rand() < 0.5), rng.randint(0, 2)
         x = g.sub_x - behind if right else g.sub_x + behind
@@ -442,7 +465,7 @@ def sq_events(ev, before, action, g, reward, terminal):
     ev["two enemies shot in one step"] += reward > 1 and g.sub_y > 0
     stacked = collections.Counter(tuple(e[:2]) for e in b["e_fish"] + b["e_subs"])
     ev["enemy shot on a shared cell"] += reward > 0 and max(stacked.values(), default=0) > 1
-    surfaced = g.sub_y == 0 and not b["surface"]
+    surfaced = g.sub_y == 0 and b["sub_y"] > 0
     ev["surfaced with 1-5 divers"] += surfaced and 0 < b["diver_count"] < 6
     ev["surfaced with 6 divers (bonus)"] += surfaced and b["diver_count"] == 6 and reward > 0
     ev["surfaced with fewer than 0 divers"] += surfaced and b["diver_count"] < 0
@@ -464,6 +487,7 @@ SQ_RUNS = [
     Run(None, random_policy(range(6)), 6000),
     Run(None, sq_play, 8000),
     Run(sq_hard, sq_play, 4000, max_len=400),
+    Run(sq_fastest, random_policy([NOOP, LEFT, RIGHT, FIRE]), 1000),
     Run(sq_air, sq_up, 1500, max_len=60),
     Run(sq_crowd, random_policy(range(6)), 2500, max_len=10),
 ]
@@ -492,26 +516,6 @@ def test_seaquest_conformance():
 IDS = ("SpaceInvaders-MinAtar", "Seaquest-MinAtar")
 
 
-@functools.cache
-def rollout(env_id):
-    """Jitted: `num` episodes of 60 random-action steps (auto-reset), vmapped over keys and
-    params: `(obs, rewards, dones)`."""
-    env, _ = make(env_id)
-
-    def one(key, params):
-        obs, state = env.reset(key, params)
-
-        def body(state, key):
-            key_a, key_s = jax.random.split(key)
-            action = env.action_space(params).sample(key_a)
-            obs, state, reward, done, _ = env.step(key_s, state, action, params)
-            return state, (obs, reward, done)
-
-        return jax.lax.scan(body, state, jax.random.split(key, 60))[1]
-
-    return jax.jit(jax.vmap(one))
-
-
 N = 4096  # the batch of every `step_many` call (one compilation per game)
 
 
@@ -533,26 +537,18 @@ def cycle(values, dtype):
 
 
 @pytest.mark.parametrize("env_id", IDS)
-def test_api_rollout(env_id):
+def test_spaces_and_action_sets(env_id):
+    """(The API contract itself is tests/test_envs_generic.py's, for every registered id.)"""
     env, params = make(env_id)
-    channels = {"SpaceInvaders-MinAtar": 6, "Seaquest-MinAtar": 10}[env_id]
-    assert env.num_actions == {"SpaceInvaders-MinAtar": 4, "Seaquest-MinAtar": 6}[env_id]
-    assert make(env_id, use_minimal_action_set=False)[0].num_actions == 6
+    channels, minimal = {
+        "SpaceInvaders-MinAtar": (6, (NOOP, LEFT, RIGHT, FIRE)),
+        "Seaquest-MinAtar": (10, tuple(range(6))),
+    }[env_id]
     space = env.observation_space(params)
     assert space.shape == (10, 10, channels) and space.dtype == jnp.bool_
-    keys = jax.random.split(jax.random.PRNGKey(0), 8)  # raw keys here, typed keys below
-    # vmapped over params too: ramping on and off, various sticky-action probabilities
-    batch = jax.tree.map(lambda x: jnp.stack([x] * 8), params).replace(
-        sticky_action_prob=jnp.linspace(0.0, 0.5, 8), difficulty_ramping=jnp.arange(8) % 2 == 0
-    )
-    obs, rewards, dones = rollout(env_id)(keys, batch)
-    assert obs.shape == (8, 60, 10, 10, channels) and obs.dtype == jnp.bool_
-    assert bool(jax.vmap(jax.vmap(space.contains))(obs).all())
-    assert rewards.dtype == jnp.float32 and dones.dtype == jnp.bool_
-    again = rollout(env_id)(keys, batch)
-    for a, b in zip((obs, rewards, dones), again):
-        np.testing.assert_array_equal(a, b)
-    assert len({np.asarray(o).tobytes() for o in obs[:, -1]}) > 1  # keys matter
+    assert env.action_set == minimal and env.num_actions == len(minimal)
+    full, _ = make(env_id, use_minimal_action_set=False)
+    assert full.action_set == tuple(range(6)) and full.num_actions == 6
 
 
 @pytest.mark.parametrize("env_id", IDS)
@@ -563,7 +559,8 @@ def test_sticky_actions(env_id):
     state = env.reset(keys[0], params)[1].replace(last_action=jnp.int32(RIGHT))
     left = cycle(env.action_set.index(LEFT), jnp.int32)
     probs = cycle([0.0] * 10 + [1.0] * 10 + [0.25] * (N - 20), jnp.float32)
-    nxt = step_many(env_id)(keys, fill(state), left, fill(params).replace(sticky_action_prob=probs))[1]
+    batch = fill(params).replace(sticky_action_prob=probs)
+    nxt = step_many(env_id)(keys, fill(state), left, batch)[1]
     pos = np.asarray(nxt.pos if env_id.startswith("Space") else nxt.sub_x)
     repeated = np.asarray(nxt.last_action) == RIGHT
     assert not repeated[:10].any() and repeated[10:20].all()
@@ -579,7 +576,8 @@ def test_out_of_range_actions_are_clipped(env_id):
     actions = cycle([env.num_actions, 100, -1, -100], jnp.int32)
     nxt = step_many(env_id)(jax.random.split(key, N), fill(state), actions, fill(params))[1]
     first, last = env.action_set[0], env.action_set[-1]
-    np.testing.assert_array_equal(nxt.last_action[:4], [last, last, last, first])  # -1: from the end
+    # -1 counts from the end, as in numpy
+    np.testing.assert_array_equal(nxt.last_action[:4], [last, last, last, first])
     with pytest.raises(TypeError):
         env.step_env(key, state, jnp.float32(1.0), params)
 
@@ -596,7 +594,8 @@ def test_space_invaders_ramp_switch():
     states = fill(state).replace(enemy_move_interval=cycle([12, 12, 6], jnp.int32))
     batch = fill(params).replace(difficulty_ramping=cycle([True, False, True], jnp.bool_))
     keys = jax.random.split(jax.random.key(0), N)
-    _, nxt, reward, _, _ = step_many("SpaceInvaders-MinAtar")(keys, states, cycle(NOOP, jnp.int32), batch)
+    noop = cycle(NOOP, jnp.int32)
+    _, nxt, reward, _, _ = step_many("SpaceInvaders-MinAtar")(keys, states, noop, batch)
     np.testing.assert_array_equal(reward, 1.0)
     np.testing.assert_array_equal(nxt.alien_map.sum(axis=(1, 2)), 24)
     np.testing.assert_array_equal(nxt.enemy_move_interval[:3], [11, 12, 6])
@@ -607,7 +606,7 @@ def test_seaquest_ramp_switch():
     """Surfacing with divers speeds the game up only with `difficulty_ramping`."""
     env, params = make("Seaquest-MinAtar", sticky_action_prob=0.0)
     state = env.reset_state(None, params).replace(
-        sub_y=jnp.int32(1), surface=jnp.bool_(False), diver_count=jnp.int32(3),
+        sub_y=jnp.int32(1), diver_count=jnp.int32(3),
         oxygen=jnp.int32(50), ramp_index=jnp.int32(1),
     )  # fmt: skip
     batch = fill(params).replace(difficulty_ramping=cycle([True, False], jnp.bool_))
@@ -627,7 +626,9 @@ def test_seaquest_spawn_statistics():
     probability 1/2, subs with probability 1/3 (one step from a state due to spawn)."""
     env, params = make("Seaquest-MinAtar", sticky_action_prob=0.0)
     n = N
-    state = env.reset_state(None, params).replace(e_spawn_timer=jnp.int32(0), d_spawn_timer=jnp.int32(0))
+    state = env.reset_state(None, params).replace(
+        e_spawn_timer=jnp.int32(0), d_spawn_timer=jnp.int32(0)
+    )
     keys = jax.random.split(jax.random.key(7), n)
     nxt = step_many("Seaquest-MinAtar")(keys, fill(state), cycle(NOOP, jnp.int32), fill(params))[1]
     for kind, x, y, right, extra in (

@@ -86,6 +86,8 @@ class Breakout(MinAtarEnv):
         )
 
     def apply(self, state, full_action, draws, params):
+        # A terminated game stays frozen, as the reference's `act` returns early.
+        live = ~state.terminal
         pos = jnp.clip(state.pos - (full_action == 1) + (full_action == 3), 0, 9)
         d = state.ball_dir
         new_x = state.ball_x + jnp.where((d == 1) | (d == 2), 1, -1)
@@ -99,7 +101,7 @@ class Breakout(MinAtarEnv):
         cell_y = jnp.maximum(new_y, 0)  # the cell is only read below the top
         in_cell = state.brick_map[cell_y, new_x]
         brick = ~top & in_cell
-        breaks = brick & ~state.strike
+        breaks = brick & ~state.strike & live
         bottom = ~top & ~brick & (new_y == 9)
         from_above = bottom & (state.ball_x == pos)
         on_paddle = bottom & ~from_above & (new_x == pos)
@@ -111,7 +113,7 @@ class Breakout(MinAtarEnv):
         new_y = jnp.where(breaks | from_above | on_paddle, state.ball_y, new_y)
 
         bricks = state.brick_map.at[cell_y, new_x].set(in_cell & ~breaks)
-        refill = bottom & ~jnp.any(bricks)
+        refill = bottom & live & ~jnp.any(bricks)
         bricks = bricks | (refill & _BRICK_ROWS[:, None])
 
         next_state = state.replace(
@@ -121,16 +123,13 @@ class Breakout(MinAtarEnv):
             pos=pos,
             last_x=state.ball_x,
             last_y=state.ball_y,
-            brick_map=bricks,
             strike=brick,
             terminal=terminal,
         )
-        # A terminated game stays frozen, as the reference's `act` returns early.
-        next_state = jax.tree.map(
-            lambda old, new: jnp.where(state.terminal, old, new), state, next_state
-        )
-        reward = jnp.where(breaks & ~state.terminal, 1.0, 0.0)
-        return next_state, reward, next_state.terminal
+        # The bricks are frozen by `live` above, cheaper than selecting the whole map.
+        next_state = jax.tree.map(lambda old, new: jnp.where(live, new, old), state, next_state)
+        next_state = next_state.replace(brick_map=bricks)
+        return next_state, jnp.where(breaks, 1.0, 0.0), next_state.terminal
 
     def get_obs(self, state, params=None, key=None):
         # Flat (row, column, channel) indices of the three one-cell channels; this `any`

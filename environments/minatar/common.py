@@ -101,7 +101,11 @@ class MinAtarEnv(Environment):
         raise NotImplementedError
 
     def transition(self, key, state, action, params):
-        key_sticky, key_game = jax.random.split(key)
+        if type(self).draw is MinAtarEnv.draw and type(self).game_step is MinAtarEnv.game_step:
+            # The game draws nothing: skip the split, a large share of a cheap step's cost.
+            key_sticky = key_game = key
+        else:
+            key_sticky, key_game = jax.random.split(key)
         full_action = jnp.asarray(self.action_set, jnp.int32)[action]
         sticky = jax.random.uniform(key_sticky) < params.sticky_action_prob
         full_action = jnp.where(sticky, state.last_action, full_action)

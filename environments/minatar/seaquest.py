@@ -24,17 +24,20 @@ Reinforcement Learning Experiments". Rules follow `minatar/environments/seaquest
    the oxygen drops by 1; arriving at the surface (row 0) with no diver ends the episode,
    otherwise the oxygen refills and one diver leaves, or with `max_divers` aboard all leave
    for a bonus of `oxygen * 10 // max_oxygen` (the reference then also subtracts the one
-   diver, leaving the count at -1: kept); with `difficulty_ramping` each surfacing lowers
-   `e_spawn_speed` (to 1) and, every other time, `move_speed` (to 2).
+   diver, leaving the count at -1, so that surfacing again without a diver refills too:
+   kept); with `difficulty_ramping` each surfacing lowers `e_spawn_speed` (down to
+   `min_spawn_speed`) and, every other time, `move_speed` (down to `min_move_interval`).
 
 Layout: the reference's lists are fixed-size arrays with an `active` mask, kept in spawn
-order with the newest at index 0 (a spawn shifts every slot by one), so "the oldest" is
-the highest active index. The capacities hold for the reference constants: 32 enemies
-(at most one spawn a step and an enemy leaves the screen within 30 steps), 2 friendly
-bullets, 2 divers. Enemy bullet `i` is the last bullet fired by enemy `i` (a sub fires
-every `enemy_shot_interval + 1` = 11 steps, its bullet is gone within 10), so it shares
-that enemy's row and direction. With constants that keep more objects alive (e.g. a much
-faster spawn rate or fire rate) the oldest ones would be dropped silently.
+order with the newest at index 0 (a spawn shifts every slot by one and drops the last),
+so "the oldest" is the highest active index. The capacities hold for the reference
+constants: 32 enemies (an enemy lives `10 * m + 9` steps at move interval `m`; with the
+ramp at most 30 are alive, once one spawns every step at `m = 2`), 2 friendly bullets (one
+every 5 steps, gone within 9), 2 divers (one every 30 steps, gone within 59). Enemy bullet
+`i` is the last bullet fired by enemy `i` (a sub fires every `enemy_shot_interval + 1` =
+11 steps and its bullet is gone within 10), so it shares that enemy's row and direction.
+With constants that keep more objects alive (e.g. a much faster spawn or fire rate) the
+oldest ones would be dropped silently.
 
 The reference's numpy draws map onto `draw`'s: `rand() < 1/2` (edge), `rand() < 1/3` (sub)
 and `randint(1, 9)` (row) for an enemy, then `rand() < 1/2`, `randint(1, 9)` for a diver.
@@ -97,7 +100,6 @@ class EnvState:
     move_speed: jax.Array  # int32
     ramp_index: jax.Array  # int32
     shot_timer: jax.Array  # int32: the player's gun
-    surface: jax.Array  # bool: at the surface since the last refill (no refill yet)
     terminal: jax.Array  # bool
     last_action: jax.Array  # int32 full-action index (sticky actions)
     time: jax.Array  # int32
@@ -204,7 +206,6 @@ class Seaquest(MinAtarEnv):
             move_speed=jnp.asarray(params.init_move_interval, jnp.int32),
             ramp_index=jnp.int32(0),
             shot_timer=jnp.int32(0),
-            surface=jnp.bool_(True),
             terminal=jnp.bool_(False),
             last_action=jnp.int32(0),
             time=jnp.int32(0),
@@ -302,7 +303,7 @@ class Seaquest(MinAtarEnv):
         fires = alive_before & e_sub & (e_shot == 0)  # even a sub that just died
         e_shot = jnp.where(fires, params.enemy_shot_interval, e_shot - 1)
         eb_old = jnp.where(fires, ex, eb_x)
-        eb_alive = jnp.where(fires, ~e_gone, eb_alive)
+        eb_alive = eb_alive | fires  # fired off the grid: gone after its move below
         eb_x = eb_old + _step(e_right)
         crash |= eb_alive & on_row & ((eb_old == x) | (eb_x == x))
         eb_alive = eb_alive & _on_grid(eb_x)
@@ -311,7 +312,7 @@ class Seaquest(MinAtarEnv):
         terminal = jnp.any(crash) | (s.oxygen <= 0)
         below = y > 0
         oxygen = jnp.where(below, s.oxygen - 1, s.oxygen)
-        arrive = ~below & ~s.surface
+        arrive = ~below & (s.sub_y > 0)  # the reference's `surface` flag is `sub_y == 0`
         terminal |= arrive & (diver_count == 0)
         refill = arrive & (diver_count != 0)
         full = diver_count == params.max_divers
@@ -352,7 +353,6 @@ class Seaquest(MinAtarEnv):
             move_speed=s.move_speed - (ramp & faster_move & (s.ramp_index % 2 == 1)),
             ramp_index=s.ramp_index + ramp,
             shot_timer=shot_timer - (shot_timer > 0),
-            surface=~below & (s.surface | refill),
             terminal=terminal,
         )
         # A terminated game stays frozen, as the reference's `act` returns early.

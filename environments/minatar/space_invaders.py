@@ -135,7 +135,7 @@ class SpaceInvaders(MinAtarEnv):
         col = jnp.argmin(jnp.where(occupied, order, 100))
         lowest = 9 - jnp.argmax(aliens[::-1, col])
         e_map = e_map | (shoot & grid_mask(lowest, col))
-        shot_timer_alien = jnp.where(shoot, params.enemy_shot_interval, state.alien_shot_timer)
+        alien_shot_timer = jnp.where(shoot, params.enemy_shot_interval, state.alien_shot_timer)
 
         kills = aliens & f_map
         reward = jnp.sum(kills).astype(jnp.float32)
@@ -154,7 +154,7 @@ class SpaceInvaders(MinAtarEnv):
             alien_dir=alien_dir,
             enemy_move_interval=state.enemy_move_interval - ramp,
             alien_move_timer=move_timer - 1,
-            alien_shot_timer=shot_timer_alien - 1,
+            alien_shot_timer=alien_shot_timer - 1,
             ramp_index=state.ramp_index + ramp,
             shot_timer=shot_timer - (shot_timer > 0),
             terminal=terminal,

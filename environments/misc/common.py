@@ -39,7 +39,7 @@ __all__ = [
 
 #: Row/column offsets of the four grid actions, in gymnasium FrozenLake's order:
 #: 0 left, 1 down, 2 right, 3 up.
-DIRECTIONS = jnp.array([[0, -1], [1, 0], [0, 1], [-1, 0]], dtype=jnp.int32)
+DIRECTIONS = np.array([[0, -1], [1, 0], [0, 1], [-1, 0]], dtype=np.int32)  # numpy: no JAX work at import
 
 
 def bounded(default: Any, low: float = -math.inf, high: float = math.inf, *, open_low=False):

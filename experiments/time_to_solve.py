@@ -1,0 +1,125 @@
+"""Time to solve CartPole-v1 (population mean return 500) from process start.
+
+Compares, each in a fresh Python process on the same machine:
+  * popeval: `python -m popeval evolve --config experiments/configs/cartpole.yaml`
+  * the anchor: evosax's OpenAI-ES (`evosax.algorithms.Open_ES`, same population 256 x 8
+    rollouts, Adam 0.05, std 0.1, centred ranks) driving gymnax's CartPole-v1 through
+    gymnax's `RolloutWrapper.population_rollout`, in the loop evosax's examples use.
+
+    python experiments/time_to_solve.py [--repeats 1] [--out bench_results/time_to_solve.json]
+
+Reported: wall seconds from process start until the process exits after reaching the target
+(so popeval's figure includes its final 64-episode evaluation and the PNG), generations, and
+seconds per generation after the first. Timings are noisy on shared machines: compare the
+two rows of one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MAX_GENERATIONS = 200
+
+
+def _anchor() -> None:
+    """The evosax + gymnax loop (runs in its own process)."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+    from evosax.algorithms import Open_ES
+    from gymnax.experimental import RolloutWrapper
+
+    from popeval import MLPPolicy, make
+
+    env, env_params = make("CartPole-v1")  # only to build the same policy network
+    policy = MLPPolicy.for_env(env, env_params, hidden_sizes=(32, 32))
+    params = policy.init_params(jax.random.key(0), env, env_params)
+    manager = RolloutWrapper(policy.apply, env_name="CartPole-v1")
+    es = Open_ES(256, params, optimizer=optax.adam(0.05), std_schedule=optax.constant_schedule(0.1))
+    es_params = es.default_params
+    key = jax.random.key(1)
+    state = es.init(key, params, es_params)
+    times = []
+    for gen in range(MAX_GENERATIONS):
+        t0 = time.perf_counter()
+        key, k_ask, k_eval, k_tell = jax.random.split(key, 4)
+        population, state = es.ask(k_ask, state, es_params)
+        returns = manager.population_rollout(jax.random.split(k_eval, 8), population)[-1]
+        fitness = returns.reshape(256, -1).mean(axis=1)
+        state, _ = es.tell(k_tell, population, -fitness, state, es_params)  # evosax minimises
+        mean = float(jnp.mean(fitness))
+        times.append(time.perf_counter() - t0)
+        if mean >= 500.0:
+            break
+    print(json.dumps({"generations": gen + 1, "solved": mean >= 500.0, "generation_seconds": times}))
+
+
+def _run(cmd: list[str], env: dict) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    wall = time.perf_counter() - t0
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-2000:]}")
+    return wall, out.stdout
+
+
+def measure(repeats: int = 1) -> list[dict]:
+    """Runs both sides `repeats` times; returns one row per run."""
+    env = {**os.environ, "WANDB_MODE": "disabled"}
+    rows = []
+    for r in range(repeats):
+        with tempfile.TemporaryDirectory() as tmp:
+            run_dir = Path(tmp) / "run"
+            wall, _ = _run([sys.executable, "-m", "popeval", "evolve", "--config",
+                            "experiments/configs/cartpole.yaml", f"--run_dir={run_dir}",
+                            "--quiet", "--wandb=disabled", f"--num_generations={MAX_GENERATIONS}"], env)
+            result = json.loads((run_dir / "result.json").read_text())
+            import csv
+
+            with open(run_dir / "metrics.csv") as f:
+                rows_csv = list(csv.DictReader(f))
+            elapsed = [float(x["time/elapsed"]) for x in rows_csv]
+            per_gen = (elapsed[-1] - elapsed[0]) / max(len(elapsed) - 1, 1)
+            rows.append({"name": "popeval evolve (OpenAI-ES)", "repeat": r, "wall_seconds": wall,
+                         "generations": result["generations"], "solved": result["solved_at"] is not None,
+                         "seconds_per_generation": per_gen, "devices": result["devices"],
+                         "final_mean_policy_return": result["mean_policy_return"]})
+        wall, out = _run([sys.executable, __file__, "--anchor"], env)
+        anchor = json.loads(out.strip().splitlines()[-1])
+        gen_s = anchor["generation_seconds"]
+        rows.append({"name": "evosax Open_ES + gymnax RolloutWrapper", "repeat": r, "wall_seconds": wall,
+                     "generations": anchor["generations"], "solved": anchor["solved"],
+                     "seconds_per_generation": sum(gen_s[1:]) / max(len(gen_s) - 1, 1), "devices": 1,
+                     "final_mean_policy_return": None})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--anchor", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--out", default="bench_results/time_to_solve.json")
+    args = ap.parse_args(argv)
+    if args.anchor:
+        _anchor()
+        return 0
+    rows = measure(args.repeats)
+    print(f"{'':42s} {'wall s':>8s} {'gens':>5s} {'s/gen':>7s} solved")
+    for row in rows:
+        print(f"{row['name']:42s} {row['wall_seconds']:8.2f} {row['generations']:5d} "
+              f"{row['seconds_per_generation']:7.3f} {row['solved']}")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

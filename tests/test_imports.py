@@ -1,0 +1,19 @@
+"""Importing popeval must not start JAX's backends: the CLI sets the CPU device count after
+importing popeval, and users may still configure JAX after `import popeval`."""
+
+import subprocess
+import sys
+
+
+def test_import_popeval_does_not_initialise_jax_backends():
+    code = (
+        "import jax\n"
+        "from jax._src import xla_bridge as xb\n"
+        "import popeval, popeval.environments, popeval.environments.rendering, popeval.cli\n"
+        "assert not xb._backends, 'importing popeval initialised a JAX backend'\n"
+        "jax.config.update('jax_num_cpu_devices', 3)\n"
+        "assert jax.local_device_count() == 3\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu"})
+    assert out.returncode == 0, out.stderr[-2000:]

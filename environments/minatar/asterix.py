@@ -13,7 +13,7 @@ Reinforcement Learning Experiments". Rules follow `minatar/environments/asterix.
 3. an entity on the player's cell is collected (gold, +1) or ends the episode (enemy);
 4. when the move timer is 0, every entity moves one column (leaving the screen frees
    its slot) and step 3 is checked again; the timer restarts at `move_speed`;
-5. both timers count down; with `difficulty_ramping`, every `ramp_interval + 1` steps
+5. both timers count down; with `difficulty_ramping`, every `ramp_interval + 2` steps
    `spawn_speed` drops by 1 and, every other time, `move_speed` too (both down to 1).
 
 The reference's numpy draws map onto `draw`'s uniforms: `rand() < 1/2` (side),

@@ -51,7 +51,7 @@ class EnvState:
     move_timer: jax.Array  # int32 steps until the chicken may move again
     car_x: jax.Array  # (8,) int32 column of car i (row i + 1)
     car_timer: jax.Array  # (8,) int32 steps until car i moves
-    car_speed: jax.Array  # (8,) int32 signed: |speed| = steps per move, sign = direction
+    car_speed: jax.Array  # (8,) int32 signed: moves every |speed| + 1 steps; sign = direction
     terminal: jax.Array  # bool
     last_action: jax.Array  # int32 full-action index (sticky actions)
     time: jax.Array  # int32 steps in this episode (the terminate timer)

@@ -4,10 +4,12 @@
     env, env_params = make("CartPole-v1")
     obs, state = env.reset(key, env_params)
     obs, state, reward, done, info = env.step(key, state, action, env_params)
+    frames = render(env, env_params, [state])   # RGB frames; see popeval.environments.rendering
 """
 
 from . import spaces
 from .environment import Environment
 from .registry import REGISTRY, make, registered_envs
+from .rendering import Visualizer, render
 
-__all__ = ["Environment", "REGISTRY", "make", "registered_envs", "spaces"]
+__all__ = ["Environment", "REGISTRY", "Visualizer", "make", "registered_envs", "render", "spaces"]

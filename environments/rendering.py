@@ -44,9 +44,10 @@ from .minatar.common import MinAtarEnv
 from .misc import FourRooms, FrozenLake, MetaMaze, PointRobot, Pong, Reacher, Swimmer
 from .misc.common import MetaBandit
 from .misc.four_rooms import WALLS as FOUR_ROOMS_WALLS
+from .misc.meta_maze import maze_walls
 from .misc.swimmer import link_angles, link_centres
 
-__all__ = ["Visualizer", "render", "render_policy", "save_gif"]
+__all__ = ["Visualizer", "policy_episode", "render", "render_policy", "save_gif"]
 
 Colour = tuple[int, int, int]
 WHITE: Colour = (255, 255, 255)
@@ -177,9 +178,11 @@ def _cartpole(env, p, s, obs):
     cart = (float(s.x) * scale + 300.0, 100.0)
     axle = (cart[0], cart[1] + cart_height / 4)
     canvas = _Canvas(600, 400)
-    canvas.polygon(_rect(-cart_width / 2, cart_width / 2, -cart_height / 2, cart_height / 2, at=cart), BLACK)
+    w, h = cart_width / 2, cart_height / 2
+    canvas.polygon(_rect(-w, w, -h, h, at=cart), BLACK)
     half = pole_width / 2
-    canvas.polygon(_rect(-half, half, -half, pole_len - half, -float(s.theta), axle), (202, 152, 101))
+    pole = _rect(-half, half, -half, pole_len - half, -float(s.theta), axle)
+    canvas.polygon(pole, (202, 152, 101))
     canvas.circle(axle, half, (129, 132, 203))
     canvas.line([(0, 100), (600, 100)], BLACK)
     return canvas.frame()
@@ -196,7 +199,7 @@ def _pendulum(env, p, s, obs):
     u = float(s.last_u)
     radius = abs(u) / 4  # gymnasium's arrow picture is |u| / 2 wide
     if radius * scale >= 2:  # a torque arrow: counter-clockwise for u > 0
-        sweep = np.sign(u) * np.linspace(0.0, 1.5 * np.pi, 32) - np.sign(u) * 0.75 * np.pi + np.pi / 2
+        sweep = np.pi / 2 + np.sign(u) * np.linspace(-0.75 * np.pi, 0.75 * np.pi, 32)
         arc = radius * np.stack([np.cos(sweep), np.sin(sweep)], -1)
         canvas.line(arc, BLACK, width=max(1.0, 0.15 * radius * scale))
         tangent = np.sign(u) * np.array([-np.sin(sweep[-1]), np.cos(sweep[-1])])
@@ -214,7 +217,8 @@ def _acrobot(env, p, s, obs):
     a1, a2 = float(s.joint_angle1), float(s.joint_angle2)
     canvas.line([(-2.2, 1.0), (2.2, 1.0)], BLACK)  # the tip must rise above this line
     joint = (lengths[0] * np.sin(a1), -lengths[0] * np.cos(a1))
-    for at, angle, length in zip([(0.0, 0.0), joint], [a1 - np.pi / 2, a1 + a2 - np.pi / 2], lengths):
+    angles = (a1 - np.pi / 2, a1 + a2 - np.pi / 2)  # of the links, from the +x axis
+    for at, angle, length in zip([(0.0, 0.0), joint], angles, lengths):
         canvas.polygon(_rect(0.0, length, -0.1, 0.1, angle, at), (0, 204, 204))
         canvas.circle(at, 0.1, (204, 204, 0))
     return canvas.frame()
@@ -235,21 +239,24 @@ def _mountain_car(env, p, s, obs):
     flag_x = int((float(p.goal_position) - low) * scale)
     flag_y = int(height(float(p.goal_position)) * scale) + 50
     canvas.line([(flag_x, flag_y - 50), (flag_x, flag_y)], BLACK)
-    canvas.polygon([(flag_x, flag_y), (flag_x, flag_y - 10), (flag_x + 25, flag_y - 5)], (204, 204, 0))
+    flag = [(flag_x, flag_y), (flag_x, flag_y - 10), (flag_x + 25, flag_y - 5)]
+    canvas.polygon(flag, (204, 204, 0))
     return canvas.frame()
 
 
 # --------------------------------------------------------------------------- grid worlds
 def _minatar(env, p, s, obs):
     obs = np.asarray(obs, bool)  # (10, 10, C); later channels drawn over earlier ones
-    layers = [(obs[..., c], CHANNEL_COLOURS[c % len(CHANNEL_COLOURS)]) for c in range(obs.shape[-1])]
+    colours = CHANNEL_COLOURS * (1 + obs.shape[-1] // len(CHANNEL_COLOURS))
+    layers = [(obs[..., c], colours[c]) for c in range(obs.shape[-1])]
     return _grid(_cells(obs.shape[:2], BLACK, *layers), gap=(30, 30, 30))
 
 
 def _catch(env, p, s, obs):
     shape = (env.rows, env.columns)
     paddle = _at(shape, env.rows - 1, s.paddle_x)
-    return _grid(_cells(shape, LIGHT, (paddle, AGENT), (_at(shape, s.ball_y, s.ball_x), BALL)), WHITE)
+    ball = _at(shape, s.ball_y, s.ball_x)
+    return _grid(_cells(shape, LIGHT, (paddle, AGENT), (ball, BALL)), WHITE)
 
 
 def _deep_sea(env, p, s, obs):
@@ -257,7 +264,8 @@ def _deep_sea(env, p, s, obs):
     rows, cols = np.indices(shape)
     treasure = _at(shape, env.size - 1, env.size - 1)
     unreachable = cols > rows  # the agent drops one row per step and moves at most one column
-    layers = [(unreachable, (160, 170, 190)), (treasure, (255, 200, 40)), (_at(shape, s.row, s.column), BALL)]
+    agent = _at(shape, s.row, s.column)  # off the grid after the last step
+    layers = [(unreachable, (160, 170, 190)), (treasure, (255, 200, 40)), (agent, BALL)]
     return _grid(_cells(shape, (40, 80, 140), *layers), gap=(30, 60, 110))
 
 
@@ -272,7 +280,7 @@ def _four_rooms(env, p, s, obs):
 
 
 def _meta_maze(env, p, s, obs):
-    return _maze(np.asarray(env._walls), s.pos, s.goal)
+    return _maze(maze_walls(env.size), s.pos, s.goal)
 
 
 def _frozen_lake(env, p, s, obs):
@@ -285,10 +293,10 @@ def _frozen_lake(env, p, s, obs):
 def _pong(env, p, s, obs):
     shape = (env.height, env.width)
     rows, cols = np.indices(shape)
-    paddle = lambda top, col: (rows >= top) & (rows < top + env.paddle_len) & (cols == col)  # noqa: E731
+    spans = lambda top: (rows >= top) & (rows < top + env.paddle_len)  # noqa: E731
     layers = [
-        (paddle(s.agent_top, 0), AGENT),
-        (paddle(s.opponent_top, env.width - 1), OPPONENT),
+        (spans(s.agent_top) & (cols == 0), AGENT),
+        (spans(s.opponent_top) & (cols == env.width - 1), OPPONENT),
         (_at(shape, *s.ball), WHITE),
     ]
     return _grid(_cells(shape, BLACK, *layers), gap=(30, 30, 30))
@@ -323,9 +331,9 @@ def _meta_bandit(env, p, s, obs):
 def _point_robot(env, p, s, obs):
     arena = float(p.arena)
     canvas = _Canvas(300, 300, scale=145 / arena, origin=(150, 150))
-    canvas.line(_rect(-arena, arena, -arena, arena)[[0, 1, 2, 3, 0]], WALL)
-    goal_range = float(p.goal_range)
-    canvas.line(_rect(-goal_range, goal_range, -goal_range, goal_range)[[0, 1, 2, 3, 0]], (200, 200, 200))
+    square = lambda half: _rect(-half, half, -half, half)[[0, 1, 2, 3, 0]]  # noqa: E731
+    canvas.line(square(arena), WALL)
+    canvas.line(square(float(p.goal_range)), (200, 200, 200))  # where goals are drawn from
     canvas.circle(s.goal, max(float(p.goal_radius), 0.02 * arena), GOAL)
     canvas.line([s.pos - s.last_action, s.pos], (150, 150, 150), width=2)  # the last move
     canvas.circle(s.pos, 0.03 * arena, AGENT)
@@ -338,7 +346,8 @@ def _reacher(env, p, s, obs):
     canvas = _Canvas(300, 300, scale=140 / reach, origin=(150, 150))
     canvas.circle((0, 0), reach, (235, 235, 235))  # the workspace
     phi = np.cumsum(np.asarray(s.angles, np.float64))
-    joints = np.concatenate([np.zeros((1, 2)), np.cumsum(length * np.stack([np.cos(phi), np.sin(phi)], -1), 0)])
+    links = length * np.stack([np.cos(phi), np.sin(phi)], -1)
+    joints = np.concatenate([np.zeros((1, 2)), np.cumsum(links, 0)])
     canvas.circle(s.target, 0.06 * reach, BALL)
     canvas.line(joints, AGENT, width=0.05 * reach * canvas.scale)
     for joint in joints[:-1]:
@@ -347,19 +356,28 @@ def _reacher(env, p, s, obs):
     return canvas.frame()
 
 
+# The swimmer's own kinematics, compiled once (eager jnp calls per frame were ~100x slower).
+_swimmer_links = jax.jit(
+    lambda pose, joints, length: (
+        link_centres(jnp.concatenate([pose, joints]), length),
+        link_angles(jnp.concatenate([pose, joints])),
+    )
+)
+
+
 def _swimmer(env, p, s, obs):
     length = float(p.link_length)
-    config = jnp.concatenate([jnp.asarray(s.pose), jnp.asarray(s.joints)])
-    centres = np.asarray(link_centres(config, length), np.float64)
-    phi = np.asarray(link_angles(config), np.float64)
+    centres, phi = (np.asarray(a, np.float64) for a in _swimmer_links(s.pose, s.joints, length))
     tangents = np.stack([np.cos(phi), np.sin(phi)], -1)
     scale = 400 / (2.5 * env.num_links * length)
     x, y = (float(v) for v in s.pose[:2])
     canvas = _Canvas(400, 240, scale=scale, origin=(200 - scale * x, 120 - scale * y))  # follow it
     half_width = 200 / scale
     for gx in np.arange(np.floor(x - half_width), np.ceil(x + half_width) + 1):  # the water grid
-        canvas.line([(gx, y - 2 * half_width), (gx, y + 2 * half_width)], (150, 150, 150) if gx == 0 else (225, 225, 225))
-    ends = np.concatenate([centres - length / 2 * tangents, centres[-1:] + length / 2 * tangents[-1:]])
+        colour = (150, 150, 150) if gx == 0 else (225, 225, 225)  # x = 0 darker: the start
+        canvas.line([(gx, y - 2 * half_width), (gx, y + 2 * half_width)], colour)
+    starts = centres - length / 2 * tangents
+    ends = np.concatenate([starts, centres[-1:] + length / 2 * tangents[-1:]])
     canvas.line(ends, AGENT, width=0.12 * length * scale)
     for joint in ends[1:-1]:
         canvas.circle(joint, 0.08 * length, WALL)
@@ -367,9 +385,9 @@ def _swimmer(env, p, s, obs):
     return canvas.frame()
 
 
-#: Environment class -> painter(env, params, state, obs) -> (H, W, 3) uint8; `state` has numpy
-#: leaves, `obs` is `env.get_obs(state, params)`. The first class the environment is an instance
-#: of wins.
+#: Environment class -> painter(env, params, state, obs) -> (H, W, 3) uint8; `state` and `params`
+#: have numpy leaves, `obs` is `env.get_obs(state, params)` for the `_OBS_PAINTERS` (else None).
+#: The first class the environment is an instance of wins.
 _PAINTERS: tuple[tuple[type, Callable], ...] = (
     (CartPole, _cartpole),
     (Pendulum, _pendulum),
@@ -393,6 +411,10 @@ _PAINTERS: tuple[tuple[type, Callable], ...] = (
     (Reacher, _reacher),
     (Swimmer, _swimmer),
 )
+
+
+#: The painters that draw the observation (`render` computes it only for them).
+_OBS_PAINTERS = (_minatar, _chain)
 
 
 def _painter_for(env) -> Callable:
@@ -436,12 +458,14 @@ def render(env, params, states) -> list[np.ndarray]:
     paint = _painter_for(env)
     params = env.default_params if params is None else params
     stacked = _stack(states)
-    obs = jax.vmap(lambda s: env.get_obs(s, params))(stacked)  # once for the whole sequence
-    obs = jax.tree.map(np.asarray, obs)
-    params = jax.tree.map(np.asarray, params)
     num = len(stacked.time)
-    pick = lambda tree, t: jax.tree.map(lambda x: x[t], tree)  # noqa: E731
-    return [paint(env, params, pick(stacked, t), pick(obs, t)) for t in range(num)]
+    obs = [None] * num
+    if paint in _OBS_PAINTERS:  # one compiled call for the whole sequence
+        obs = jax.jit(jax.vmap(env.get_obs, in_axes=(0, None)))(stacked, params)
+        obs = np.asarray(obs)
+    params = jax.tree.map(np.asarray, params)
+    pick = lambda t: jax.tree.map(lambda x: x[t], stacked)  # noqa: E731
+    return [paint(env, params, pick(t), obs[t]) for t in range(num)]
 
 
 def save_gif(frames: Sequence[np.ndarray], path, fps: float = 30) -> Path:
@@ -460,13 +484,16 @@ def save_gif(frames: Sequence[np.ndarray], path, fps: float = 30) -> Path:
         raise ValueError("save_gif: no frames")
     shapes = {f.shape for f in frames}
     if len(shapes) != 1 or len(frames[0].shape) != 3 or frames[0].shape[2] != 3:
-        raise ValueError(f"save_gif: frames must all be (H, W, 3) arrays, got shapes {sorted(shapes)}")
+        raise ValueError(
+            f"save_gif: frames must all be (H, W, 3) arrays, got shapes {sorted(shapes)}"
+        )
     if not fps > 0:
         raise ValueError(f"save_gif: fps must be positive, got {fps}")
     images = [Image.fromarray(f.astype(np.uint8), "RGB") for f in frames]
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    images[0].save(path, save_all=True, append_images=images[1:], duration=round(1000 / fps), loop=0)
+    duration = round(1000 / fps)
+    images[0].save(path, save_all=True, append_images=images[1:], duration=duration, loop=0)
     return path
 
 
@@ -546,7 +573,7 @@ def render_policy(env, env_params, manager, params, obs_stats=None, seed=0, max_
 
 
 def _caption(frame: np.ndarray, text: str) -> np.ndarray:
-    """`frame` under a white strip holding `text`."""
+    """`frame` below a white strip holding `text`."""
     strip = Image.new("RGB", (frame.shape[1], 16), WHITE)
     ImageDraw.Draw(strip).text((4, 2), text, fill=BLACK)
     return np.concatenate([np.asarray(strip, np.uint8), frame])
@@ -562,8 +589,8 @@ class Visualizer:
         env: a popeval environment.
         env_params: its params (`None`: the defaults).
         state_seq: a list of states (or one stacked state) to draw.
-        reward_seq: optional values shown under each frame's caption (gymnax's examples pass
-            the cumulative reward), one per state.
+        reward_seq: optional values shown in each frame's caption as `R=` (gymnax's example
+            passes the cumulative reward), one per state.
     """
 
     def __init__(self, env, env_params, state_seq, reward_seq=None):

@@ -106,7 +106,7 @@ def wall_step(walls: jax.Array, pos: jax.Array, direction: jax.Array):
     `walls` must have walls on its border, so the target cell is always inside the grid.
     Returns `(new_pos, bumped)`.
     """
-    target = pos + DIRECTIONS[direction]
+    target = pos + jnp.asarray(DIRECTIONS)[direction]
     bumped = walls[target[0], target[1]]
     return jnp.where(bumped, pos, target), bumped
 

@@ -101,8 +101,8 @@ class FrozenLake(Environment):
         turn = jnp.where(u < fail, -1, jnp.where(u < fail + params.success_rate, 0, 1))
         direction = (action + jnp.where(params.is_slippery, turn, 0)) % 4
         row, col = jnp.divmod(state.pos, self.ncol)
-        row = jnp.clip(row + DIRECTIONS[direction, 0], 0, self.nrow - 1)
-        col = jnp.clip(col + DIRECTIONS[direction, 1], 0, self.ncol - 1)
+        row = jnp.clip(row + jnp.asarray(DIRECTIONS)[direction, 0], 0, self.nrow - 1)
+        col = jnp.clip(col + jnp.asarray(DIRECTIONS)[direction, 1], 0, self.ncol - 1)
         stopped = self._stop[state.pos]
         pos = jnp.where(stopped, state.pos, row * self.ncol + col).astype(jnp.int32)
         reward = jnp.where(~stopped & self._goal[pos], 1.0, 0.0)

@@ -39,14 +39,21 @@ def init(obs_shape: tuple[int, ...]) -> ObsStats:
     return ObsStats(count=jnp.zeros((), jnp.float32), mean=zeros, m2=zeros)
 
 
+def _exact(x: jax.Array) -> jax.Array:
+    """Rounds a product before it is added: XLA on CPU otherwise fuses some multiply-adds
+    into FMAs depending on the surrounding program, and the statistics would then differ
+    in the last bit between device layouts."""
+    return jax.lax.optimization_barrier(x)
+
+
 def update(stats: ObsStats, obs: jax.Array, mask: Any = True) -> ObsStats:
     """Adds one observation (only where `mask` is true) with Welford's update."""
-    w = jnp.asarray(mask, jnp.float32)
+    mask = jnp.asarray(mask, jnp.bool_)
     obs = obs.astype(jnp.float32)
-    count = stats.count + w
+    count = stats.count + mask.astype(jnp.float32)
     delta = obs - stats.mean
-    mean = stats.mean + w * delta / jnp.maximum(count, 1.0)
-    m2 = stats.m2 + w * delta * (obs - mean)
+    mean = jnp.where(mask, stats.mean + delta / jnp.maximum(count, 1.0), stats.mean)
+    m2 = jnp.where(mask, stats.m2 + _exact(delta * (obs - mean)), stats.m2)
     return ObsStats(count=count, mean=mean, m2=m2)
 
 
@@ -55,8 +62,8 @@ def merge(a: ObsStats, b: ObsStats) -> ObsStats:
     count = a.count + b.count
     safe = jnp.maximum(count, 1.0)
     delta = b.mean - a.mean
-    mean = a.mean + delta * (b.count / safe)
-    m2 = a.m2 + b.m2 + delta**2 * (a.count * b.count / safe)
+    mean = a.mean + _exact(delta * (b.count / safe))
+    m2 = a.m2 + b.m2 + _exact(delta**2 * (a.count * b.count / safe))
     return ObsStats(count=count, mean=mean, m2=m2)
 
 

@@ -63,6 +63,7 @@ class EvolveConfig:
     num_generations: int = 100
     common_random_numbers: bool = True
     obs_normalization: bool = False
+    compaction: bool = True  # RolloutWrapper(compaction=...): pays while most episodes are short
     seed: int = 0
     target: typing.Optional[float] = None  # reached when the population mean fitness >= target
     stop_at_target: bool = False
@@ -176,7 +177,7 @@ def build(config: EvolveConfig) -> Run:
     manager = RolloutWrapper(
         policy.apply, env=env, env_params=env_params, num_env_steps=config.num_env_steps,
         init_carry=init_carry, common_random_numbers=config.common_random_numbers,
-        obs_normalization=config.obs_normalization,
+        obs_normalization=config.obs_normalization, compaction=config.compaction,
     )
     template = policy.init_params(jax.random.key(config.seed), env, env_params)
     strategy = make_strategy(config.strategy, config.pop_size, template, config.fitness_shaping,

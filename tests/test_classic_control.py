@@ -422,6 +422,11 @@ def test_spaces_and_time_limit_match_gymnasium(env_id):
         (env.observation_space(params), ref.observation_space),
         (env.action_space(params), ref.action_space),
     ):
+        # Samples are finite members of the space (not inf from float32's largest bounds).
+        samples, contained = jax.jit(jax.vmap(lambda k: (ours.sample(k), ours.contains(ours.sample(k)))))(
+            jax.random.split(jax.random.PRNGKey(0), 64)
+        )
+        assert contained.all() and np.isfinite(samples).all(), (ours, samples)
         if isinstance(theirs, gymnasium.spaces.Discrete):
             assert ours.n == theirs.n and ours.shape == () and ours.dtype == jnp.int32
             continue

@@ -1,0 +1,122 @@
+"""The `popeval` command line, run as real processes: the shipped CartPole config solves its
+task, `eval` / `list-envs` print what they promise, errors exit with code 2 and a clear
+message, and the host is split into one JAX device per core unless the user chose a count.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from popeval.environments import registered_envs
+
+REPO = Path(__file__).resolve().parents[1]
+CARTPOLE = REPO / "experiments" / "configs" / "cartpole.yaml"
+CONSOLE_SCRIPT = Path(sys.executable).with_name("popeval")
+
+
+def cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def run(args: list, cwd: Path, timeout: float = 300, **env_vars) -> subprocess.CompletedProcess:
+    """`args` in a fresh process with no device count chosen (unless given in `env_vars`)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES")}
+    env.update(JAX_PLATFORMS="cpu", WANDB_MODE="disabled", WANDB_SILENT="true", **env_vars)
+    return subprocess.run([str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def popeval(*args, cwd: Path, **kwargs) -> subprocess.CompletedProcess:
+    return run([sys.executable, "-m", "popeval", *args], cwd, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def solved(tmp_path_factory):
+    """`popeval evolve` on the shipped CartPole config: `(run_dir, printed summary)`."""
+    cwd = tmp_path_factory.mktemp("cli")
+    result = popeval("evolve", "--config", CARTPOLE, "--run_dir=cartpole", "--quiet", "--wandb=disabled",
+                     cwd=cwd, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return cwd / "cartpole", json.loads(result.stdout)
+
+
+def test_shipped_cartpole_config_reaches_its_target(solved):
+    run_dir, summary = solved
+    with open(run_dir / "metrics.csv", newline="") as f:
+        means = [float(r["fitness/mean"]) for r in csv.DictReader(f)]
+    assert means[-1] == 500.0 and max(means[:-1], default=0.0) < 500.0  # stop_at_target
+    assert len(means) <= 50
+    assert summary["solved_at"]["generation"] == len(means) == summary["generations"]
+    assert json.loads((run_dir / "result.json").read_text()) == summary
+
+
+def test_cli_uses_one_device_per_core(solved):
+    _, summary = solved
+    assert summary["devices"] == cores()
+
+
+def test_importing_popeval_leaves_jax_backends_uninitialised(tmp_path):
+    """Otherwise the CLI cannot choose the CPU device count (it imports popeval first).
+    (`popeval.strategies` is left out: evosax's algorithms create arrays at import.)"""
+    code = ("import jax, popeval, popeval.cli, popeval.rollout, popeval.environments\n"
+            "jax.config.update('jax_num_cpu_devices', 3)\n"
+            "print(jax.local_device_count())")
+    result = run([sys.executable, "-c", code], tmp_path)
+    assert result.returncode == 0 and result.stdout.split() == ["3"], result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("chosen", [None, "1"])
+def test_cli_sets_device_count_unless_the_user_chose_one(tmp_path, chosen):
+    code = ("from popeval.cli import main\n"
+            "main(['list-envs'])\n"
+            "import jax\n"
+            "print('devices', jax.local_device_count())")
+    env_vars = {"JAX_NUM_CPU_DEVICES": chosen} if chosen else {}
+    result = run([sys.executable, "-c", code], tmp_path, **env_vars)
+    assert result.returncode == 0, result.stderr
+    expected = f"devices {int(chosen or cores())}"
+    assert result.stdout.splitlines()[-1] == expected, result.stdout + result.stderr
+
+
+def test_eval_prints_the_returns_of_a_saved_controller(solved):
+    run_dir, _ = solved
+    assert CONSOLE_SCRIPT.is_file(), "the `popeval` console script is not installed"
+    result = run([CONSOLE_SCRIPT, "eval", run_dir, "--episodes", "8", "--which", "mean"], run_dir.parent)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["episodes"] == 8 and out["policy"] == "mean"
+    assert 0 < out["min_return"] <= out["mean_return"] <= out["max_return"] <= 500
+    assert out["mean_return"] > 100  # the evolved controller, not a fresh one (~20)
+
+
+def test_list_envs(tmp_path):
+    result = popeval("list-envs", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == list(registered_envs)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["evolve"], "evolve needs --config"),
+        (["evolve", "--config", CARTPOLE, "--pop_sise=8"],
+         "unknown config key 'pop_sise' (did you mean 'pop_size'?)"),
+        (["evolve", "--config", CARTPOLE, "--pop_size=7"], "pop_size must be even"),
+        (["evolve", "--resume", "."], "not a popeval run directory"),
+        (["eval", "."], "config.json"),
+    ],
+    ids=["no-config", "unknown-key", "odd-pop", "resume-not-a-run", "eval-not-a-run"],
+)
+def test_errors_exit_2_with_a_message(tmp_path, args, message):
+    (tmp_path / "notes.txt").write_text("not a run")
+    result = popeval(*args, cwd=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]  # nothing written

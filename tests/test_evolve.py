@@ -1,0 +1,266 @@
+"""The evolve loop: compile once, checkpoints and exact resumption, bad input, logging sinks.
+
+Tiny CartPole runs (episodes capped at 50 steps). The exact-resume test drives the real
+command line: it SIGKILLs a run mid-way and resumes it.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import wandb
+import yaml
+from flax import serialization
+from PIL import Image
+
+from popeval.strategies import EvolveConfig, evolve, load_config
+
+evolve_module = importlib.import_module("popeval.strategies.evolve")  # the module, not the function
+
+TINY = dict(
+    env_name="CartPole-v1", env_kwargs={"max_steps_in_episode": 50}, pop_size=8, num_rollouts=2,
+    num_generations=4, hidden_sizes=[8], eval_every=2, eval_episodes=4, checkpoint_every=2,
+    quiet=True, wandb="disabled",
+)
+REQUIRED_COLUMNS = ["fitness/max", "fitness/mean", "fitness/min", "fitness/std", "best/fitness",
+                    "eval/return", "steps/env_total", "steps/per_second", "nonfinite/count"]
+#: Columns that depend on wall time, not on the computation.
+TIMING_COLUMNS = {"steps/per_second", "time/elapsed"}
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, str]]:
+    with open(run_dir / "metrics.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def checkpoint_arrays(run_dir: Path) -> dict[str, np.ndarray]:
+    """Every array of the checkpoint (strategy state, key, best params, ...), by path."""
+    tree = serialization.msgpack_restore((run_dir / "checkpoint.msgpack").read_bytes())
+    flat = {}
+
+    def walk(node, prefix):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, f"{prefix}/{k}")
+        else:
+            flat[prefix] = np.asarray(node)
+
+    walk(tree, "")
+    return flat
+
+
+def assert_same_checkpoint(a: Path, b: Path) -> None:
+    arrays_a, arrays_b = checkpoint_arrays(a), checkpoint_arrays(b)
+    assert arrays_a.keys() == arrays_b.keys()
+    for k in arrays_a:
+        np.testing.assert_array_equal(arrays_a[k], arrays_b[k], err_msg=k)
+
+
+def snapshot(directory: Path) -> dict:
+    """Every file below `directory` with its mtime and bytes."""
+    return {p.relative_to(directory): (p.stat().st_mtime_ns, p.read_bytes())
+            for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+# ------------------------------------------------------------------ one run, then its resumption
+class _Warnings(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+@pytest.fixture(scope="module")
+def base_run(tmp_path_factory):
+    """4 generations with `wandb.init` raising (W&B failure), then resumed to 6 generations with
+    W&B offline; the generation program's traces are counted in both."""
+    run_dir = tmp_path_factory.mktemp("evolve") / "run"
+    wandb_dir = tmp_path_factory.mktemp("wandb")
+    traces: list[int] = []
+    original = evolve_module._generation_fn
+
+    def counting(run, config, devices):
+        generation = original(run, config, devices)
+
+        def traced(state):
+            traces[-1] += 1  # Python runs only while JAX traces
+            return generation(state)
+
+        return traced
+
+    def broken_init(*args, **kwargs):
+        raise RuntimeError("no network")
+
+    warnings = _Warnings()
+    logger = logging.getLogger("popeval")
+    logger.addHandler(warnings)
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(evolve_module, "_generation_fn", counting)
+            for var in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR"):
+                mp.setenv(var, str(wandb_dir))
+            mp.setenv("WANDB_MODE", "offline")
+            mp.setenv("WANDB_SILENT", "true")
+            with mp.context() as failing:
+                failing.setattr(wandb, "init", broken_init)
+                traces.append(0)
+                first = evolve(EvolveConfig(**{**TINY, "run_dir": str(run_dir), "wandb": "online"}))
+            first_warnings = list(warnings.messages)
+            rows_before = read_metrics(run_dir)
+            traces.append(0)
+            resumed = evolve(EvolveConfig(**{**TINY, "num_generations": 6, "resume": str(run_dir),
+                                             "wandb": "offline"}))
+    finally:
+        logger.removeHandler(warnings)
+    return dict(run_dir=run_dir, first=first, resumed=resumed, traces=traces,
+                first_warnings=first_warnings, rows_before=rows_before)
+
+
+def test_generation_is_traced_once_including_restored_state(base_run):
+    """Several generations, and a resumed run whose state came from a checkpoint: one trace each
+    (the state round trip keeps its exact types)."""
+    assert base_run["first"]["generations"] == 4 and base_run["resumed"]["generations"] == 6
+    assert base_run["traces"] == [1, 1]
+
+
+def test_wandb_failure_warns_once_and_the_run_completes(base_run):
+    msgs = base_run["first_warnings"]
+    assert len(msgs) == 1 and "W&B" in msgs[0] and "no network" in msgs[0], msgs
+    assert len(base_run["rows_before"]) == 4
+
+
+def test_wandb_offline_run_holds_the_logged_metrics(base_run):
+    runs = list((base_run["run_dir"] / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(runs) == 1, runs
+    data = runs[0].read_bytes()
+    for row in read_metrics(base_run["run_dir"])[4:]:  # generations 5 and 6 were logged offline
+        value = repr(float(row["fitness/mean"])).encode()
+        assert re.search(re.escape(b"fitness/mean") + rb".{1,8}?" + re.escape(value), data, re.S), value
+
+
+def test_metrics_csv_and_plot(base_run):
+    run_dir = base_run["run_dir"]
+    rows = read_metrics(run_dir)
+    assert set(REQUIRED_COLUMNS) <= set(rows[0]), sorted(rows[0])
+    assert [int(r["generation"]) for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert rows[:4] == base_run["rows_before"]  # resuming kept the rows before the checkpoint
+    f = {k: np.array([float(r[k]) for r in rows]) for k in REQUIRED_COLUMNS}
+    assert np.all(f["fitness/min"] <= f["fitness/mean"]) and np.all(f["fitness/mean"] <= f["fitness/max"])
+    assert np.all((f["fitness/min"] >= 1) & (f["fitness/max"] <= 50))  # episodes capped at 50 steps
+    assert np.all(np.diff(f["best/fitness"]) >= 0) and np.all(f["best/fitness"] >= f["fitness/max"])
+    assert np.all(np.diff(f["steps/env_total"]) > 0) and np.all(f["nonfinite/count"] == 0)
+    assert np.all(f["steps/per_second"] > 0)
+    evaluated = ~np.isnan(f["eval/return"])
+    assert evaluated.tolist() == [False, True] * 3  # eval_every=2
+    assert run_dir.joinpath("fitness.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with Image.open(run_dir / "fitness.png") as image:
+        image.verify()
+        assert image.size[0] > 100 and image.size[1] > 100
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["generations"] == 6 and result["env_steps"] == int(f["steps/env_total"][-1])
+
+
+# ------------------------------------------------------------------ bad input
+def test_invalid_configs_raise_and_write_nothing(tmp_path):
+    run_dir = tmp_path / "run"
+    for bad, match in [({"strategy": "cma_ess"}, "CMA_ES"), ({"env_name": "CartPol-v1"}, "CartPole-v1"),
+                       ({"pop_size": 7}, "even")]:
+        with pytest.raises(ValueError, match=match):
+            evolve(EvolveConfig(**{**TINY, **bad, "run_dir": str(run_dir)}))
+        assert not run_dir.exists() or not any(run_dir.iterdir()), bad
+    with pytest.raises(ValueError, match="pop_size must be >= 2"):
+        EvolveConfig(**{**TINY, "pop_size": 1})
+
+
+def test_unknown_and_mistyped_config_keys_are_named(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({**TINY, "pop_sise": 8}))
+    with pytest.raises(ValueError, match="'pop_sise'.*'pop_size'"):
+        load_config(path)
+    path.write_text(yaml.safe_dump({**TINY, "pop_size": "many"}))
+    with pytest.raises(TypeError, match="'pop_size'"):
+        load_config(path)
+    path.write_text(yaml.safe_dump(TINY))
+    with pytest.raises(TypeError, match="'num_generations'"):
+        load_config(path, ["num_generations=lots"])
+    with pytest.raises(ValueError, match="'no_such_key'"):
+        load_config(path, ["--no-such-key=1"])
+    assert load_config(path, ["--pop-size=16"]).pop_size == 16
+
+
+def test_resume_from_a_directory_that_is_not_a_run(tmp_path):
+    (tmp_path / "notes.txt").write_text("not a run")
+    before = snapshot(tmp_path)
+    with pytest.raises(ValueError, match="not a popeval run"):
+        evolve(EvolveConfig(**{**TINY, "resume": str(tmp_path)}))
+    assert snapshot(tmp_path) == before
+
+
+def test_resume_with_another_config_and_reuse_of_a_run_dir_modify_nothing(base_run):
+    run_dir = base_run["run_dir"]
+    before = snapshot(run_dir)
+    with pytest.raises(ValueError, match="pop_size"):
+        evolve(EvolveConfig(**{**TINY, "pop_size": 16, "resume": str(run_dir)}))
+    with pytest.raises(ValueError, match="not empty"):
+        evolve(EvolveConfig(**{**TINY, "run_dir": str(run_dir)}))
+    assert snapshot(run_dir) == before
+
+
+# ------------------------------------------------------------------ exact resume after SIGKILL
+def popeval_cli(args: list[str], cwd: Path, **kwargs) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES")}
+    env.update(JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="2", WANDB_MODE="disabled", WANDB_SILENT="true")
+    return subprocess.Popen([sys.executable, "-m", "popeval", *args], cwd=cwd, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kwargs)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 400) -> str:
+    out, _ = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, out
+    return out
+
+
+def test_killed_run_resumes_exactly(tmp_path):
+    config = tmp_path / "tiny.yaml"
+    # eval_every=6: the evaluation compiles during generation 6, a pause in which the run is killed.
+    config.write_text(yaml.safe_dump({**TINY, "eval_every": 6, "checkpoint_every": 2, "num_generations": 12}))
+    args = ["evolve", "--config", str(config), "--quiet", "--wandb=disabled"]
+    reference = popeval_cli([*args, "--run_dir=full"], tmp_path)
+    killed = popeval_cli([*args, "--run_dir=killed", "--checkpoint_every=2", "--num_generations=12"], tmp_path)
+    metrics = tmp_path / "killed" / "metrics.csv"
+    deadline = time.monotonic() + 400
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 6):  # header + 5 rows
+        assert killed.poll() is None, "the run ended before it was killed:\n" + killed.communicate()[0]
+        assert time.monotonic() < deadline, "no 5 generations in time"
+        time.sleep(0.02)
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    run_dir = tmp_path / "killed"
+    assert not (run_dir / "result.json").exists()
+    saved = json.loads((run_dir / "checkpoint.json").read_text())["generation"]
+    assert 4 <= saved < 12 and saved % 2 == 0
+    finish(popeval_cli(["evolve", "--resume", str(run_dir), "--quiet", "--wandb=disabled"], tmp_path))
+    finish(reference)
+
+    resumed, full = read_metrics(run_dir), read_metrics(tmp_path / "full")
+    assert [int(r["generation"]) for r in resumed] == list(range(1, 13))
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in TIMING_COLUMNS} for r in rows]  # noqa: E731
+    assert strip(resumed) == strip(full)
+    assert_same_checkpoint(run_dir, tmp_path / "full")
+    a, b = (json.loads((d / "result.json").read_text()) for d in (run_dir, tmp_path / "full"))
+    for k in ("generations", "env_steps", "best_fitness", "mean_policy_return", "best_policy_return"):
+        assert a[k] == b[k], k

@@ -1,0 +1,541 @@
+"""`RolloutWrapper`: the seed-compatible API, the fitness path and its equivalences.
+
+Compilation dominates the cost, so where one test needs both paths of a wrapper they are
+compiled as one program (`both`: an outer `jax.jit` around the public methods), and every
+registered environment compiles its four wrappers (random / MLP policy x compaction on /
+off) into a single program.
+
+Reference semantics checked here (see `popeval/rollout.py`): an episode key splits into a
+reset key and an episode key; step `t` uses `fold_in(episode_key, t)` split into a policy
+key and an environment key; rewards after `done` are masked; `done` stays true;
+`lengths` counts the steps up to and including the one that ended the episode.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import flax.linen as nn
+import gymnax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from popeval import normalization
+from popeval.environments import make, registered_envs
+from popeval.policies import LSTMPolicy, MLPPolicy
+from popeval.rollout import FitnessResult, RolloutWrapper
+
+P, B = 6, 4  # population and episodes per member in the registry sweep
+
+
+# ----------------------------------------------------------------------------- helpers
+def both(wrapper, keys, pop_params, **kwargs):
+    """`(population_fitness, population_rollout)` through the public methods.
+
+    Two programs, as a user compiles them. (One outer `jax.jit` around both calls was seen to
+    change the last bit of continuous-control returns: XLA then fuses, and contracts
+    multiply-adds into FMAs, differently.)
+    """
+    return jax.device_get((
+        wrapper.population_fitness(keys, pop_params, **kwargs),
+        wrapper.population_rollout(keys, pop_params, **kwargs),
+    ))
+
+
+def episode_lengths(done):
+    """Steps up to and including the first `done` (T where an episode never ends)."""
+    done = np.asarray(done)
+    return np.where(done.any(-1), done.argmax(-1) + 1, done.shape[-1])
+
+
+def alive_mask(done):
+    """True at the steps an episode takes before (and including) its first `done`."""
+    t = np.arange(np.shape(done)[-1])
+    return t < episode_lengths(done)[..., None]
+
+
+def mlp_population(env, env_params, size, seed=1, **kwargs):
+    """An `MLPPolicy` for `env` and `size` randomly initialised members (stacked)."""
+    policy = MLPPolicy.for_env(env, env_params, **kwargs)
+    keys = jax.random.split(jax.random.key(seed), size)
+    return policy, jax.jit(jax.vmap(lambda k: policy.init_params(k, env, env_params)))(keys)
+
+
+def dummy_population(size):
+    """`pop_params` for `model_forward=None` (only its leading axis matters)."""
+    return {"unused": jnp.zeros((size,))}
+
+
+def assert_fitness_matches_rollout(fit, traj, what, exact=True):
+    """The fitness path's returns equal the trajectory path's (to the bit); lengths agree.
+
+    `exact=False` allows the last bit: XLA on CPUs with FMA contracts multiply-adds per
+    fusion, and the two paths are different programs with different fusions. Seen with a
+    recurrent policy on Pendulum (1 ulp in ~15% of episodes); gone with
+    `XLA_FLAGS=--xla_cpu_max_isa=AVX` (no FMA).
+    """
+    obs, action, reward, next_obs, done, cum_return = traj
+    if exact:
+        np.testing.assert_array_equal(fit.returns, cum_return, err_msg=f"{what}: fitness vs trajectory")
+    else:
+        np.testing.assert_allclose(fit.returns, cum_return, rtol=1e-6, err_msg=f"{what}: fitness vs trajectory")
+    np.testing.assert_array_equal(fit.lengths, episode_lengths(done), err_msg=f"{what}: lengths")
+    assert fit.returns.dtype == np.float32 and fit.lengths.dtype == np.int32, what
+    # Masking: the return is the sum of the rewards up to the end of the episode.
+    manual = np.where(alive_mask(done), reward, 0.0).sum(-1, dtype=np.float64)
+    np.testing.assert_allclose(cum_return, manual, rtol=1e-5, atol=1e-5, err_msg=f"{what}: masked sum")
+    assert not np.any(np.where(alive_mask(done), 0.0, reward)), f"{what}: reward after done"
+    # `done` turns true at the episode's last step and stays true.
+    t = np.arange(done.shape[-1])
+    expected = done.any(-1)[..., None] & (t >= (episode_lengths(done) - 1)[..., None])
+    np.testing.assert_array_equal(done, expected, err_msg=f"{what}: done must stay true")
+
+
+# ----------------------------------------------------------------------------- seed API
+class GymnaxNotebookMLP(nn.Module):
+    """A flax MLP written like the gymnax notebook's: `apply(params, obs, rng)`."""
+
+    @nn.compact
+    def __call__(self, x, rng):
+        x = nn.relu(nn.Dense(16)(x))
+        return 2.0 * jnp.tanh(nn.Dense(1)(x))
+
+
+@functools.cache
+def pendulum_seed_api():
+    network = GymnaxNotebookMLP()
+    params = network.init(jax.random.PRNGKey(0), jnp.zeros(3), None)
+    pop_params = jax.tree.map(
+        lambda x: x[None] + 0.1 * jnp.arange(3.0).reshape((3,) + (1,) * x.ndim), params
+    )
+    manager = RolloutWrapper(network.apply, env_name="Pendulum-v1")
+    keys = jax.random.split(jax.random.PRNGKey(1), 2)
+
+    @jax.jit
+    def run(keys, params, pop_params):
+        return (
+            manager.single_rollout(keys[0], params),
+            manager.batch_rollout(keys, params),
+            manager.population_rollout(keys, pop_params),
+        )
+
+    return manager, params, pop_params, keys, jax.device_get(run(keys, params, pop_params))
+
+
+def test_seed_api_shapes_and_consistency():
+    manager, params, pop_params, keys, (single, batch, pop) = pendulum_seed_api()
+    assert manager.num_env_steps == 200  # defaults to max_steps_in_episode
+    assert manager.input_shape == (3,)
+    T = 200
+    shapes = [(3,), (1,), (), (3,), ()]
+    for out, lead in ((single, ()), (batch, (2,)), (pop, (3, 2))):
+        assert len(out) == 6
+        for x, s in zip(out[:5], shapes):
+            assert x.shape == lead + (T,) + s
+        assert out[5].shape == lead
+    assert single[4].dtype == np.bool_ and single[2].dtype == np.float32
+    # batch member 0 is the single rollout of key 0; population member 0 has params + 0.
+    for a, b in zip(single, batch):
+        np.testing.assert_allclose(a, b[0], rtol=1e-5, atol=1e-5)
+    for a, b in zip(batch, pop):
+        np.testing.assert_allclose(a, b[0], rtol=1e-5, atol=1e-5)
+    assert not np.allclose(pop[5][0], pop[5][1]), "members with different params must differ"
+    # Observations chain: next_obs[t] == obs[t + 1]; returns are the sum of the T rewards.
+    np.testing.assert_array_equal(single[3][:-1], single[0][1:])
+    np.testing.assert_allclose(pop[5], pop[2].sum(-1, dtype=np.float64), rtol=1e-5)
+    assert np.all(np.abs(single[1]) <= 2.0)
+    # The action is the network's output for the observation the policy saw.
+    np.testing.assert_allclose(
+        single[1][:5], jax.vmap(lambda o: manager.model_forward(params, o, None))(single[0][:5]), rtol=1e-5
+    )
+
+
+def test_num_env_steps_honoured():
+    manager, params, _, keys, (_, batch200, _) = pendulum_seed_api()
+    short = RolloutWrapper(manager.model_forward, env_name="Pendulum-v1", num_env_steps=37)
+    out = jax.device_get(short.batch_rollout(keys, params))
+    assert short.num_env_steps == 37 and out[0].shape == (2, 37, 3) and out[5].shape == (2,)
+    # Same key schedule: the 37 steps are the first 37 of the 200-step rollout.
+    for a, b in zip(out[:5], batch200[:5]):
+        np.testing.assert_allclose(a, b[:, :37], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out[5], batch200[2][:, :37].sum(-1, dtype=np.float64), rtol=1e-5)
+    for bad in (0, -3):
+        with pytest.raises(ValueError, match="num_env_steps"):
+            RolloutWrapper(None, env_name="Pendulum-v1", num_env_steps=bad)
+    with pytest.raises(ValueError, match="num_env_steps"):
+        RolloutWrapper(None, env_name="Breakout-MinAtar")  # no practical episode limit
+
+
+def test_masking_after_done_and_time_limit():
+    """Random CartPole episodes end early; rewards after the end are masked, done stays true."""
+    w = RolloutWrapper(None, env_name="CartPole-v1", env_kwargs={"max_steps_in_episode": 25},
+                       num_env_steps=40, common_random_numbers=False, compaction=False)
+    fit, traj = both(w, jax.random.split(jax.random.key(3), 16), dummy_population(2))
+    obs, action, reward, next_obs, done, ret = traj
+    lengths = episode_lengths(done)
+    assert lengths.min() < 25 and lengths.max() == 25, "need terminated and truncated episodes"
+    assert np.all(lengths <= 25), "the time limit (25) is honoured inside a 40-step rollout"
+    np.testing.assert_array_equal(ret, lengths)  # CartPole: +1 per step, the last one included
+    assert_fitness_matches_rollout(fit, traj, "CartPole random")
+    # Trajectories freeze the state after the end: observations repeat the last one.
+    last = np.broadcast_to(np.take_along_axis(next_obs, (lengths - 1)[..., None, None], axis=-2), next_obs.shape)
+    after = ~alive_mask(done)
+    assert after.any()
+    np.testing.assert_array_equal(next_obs[after], last[after])
+    np.testing.assert_array_equal(obs[after], last[after])
+
+
+# ----------------------------------------------------------------------------- registry
+def registry_setup(env_id):
+    """(wrapper kwargs, env, params) with a short horizon for `env_id`."""
+    env, params = make(env_id)
+    limit = int(params.max_steps_in_episode)
+    if limit > 100_000:  # MinAtar: no time limit
+        return {"num_env_steps": 200}, env, params
+    if limit > 100:
+        env, params = make(env_id, max_steps_in_episode=100)
+        return {"env_kwargs": {"max_steps_in_episode": 100}}, env, params
+    return {}, env, params
+
+
+@functools.cache
+def registry_population(env_id):
+    kwargs, env, params = registry_setup(env_id)
+    return kwargs, mlp_population(env, params, P, hidden_sizes=(8,))
+
+
+@pytest.mark.parametrize(
+    "kind,compaction",
+    [
+        ("mlp", True),  # the default configuration
+        pytest.param("mlp", False, marks=pytest.mark.slow),
+        pytest.param("random", True, marks=pytest.mark.slow),
+        pytest.param("random", False, marks=pytest.mark.slow),
+    ],
+)
+@pytest.mark.parametrize("env_id", registered_envs)
+def test_fitness_equals_trajectory_on_every_env(env_id, kind, compaction):
+    """Early exit (and compaction) == the fixed-length scan, to the bit, on every env.
+
+    MLP members share `(B,)` keys (common random numbers); random-policy members get their
+    own `(P, B)` keys. The three non-default combinations per env are marked slow (each
+    combination compiles two programs per environment).
+    """
+    kwargs, (policy, mlp_params) = registry_population(env_id)
+    if kind == "mlp":
+        w = RolloutWrapper(policy.apply, env_name=env_id, compaction=compaction, **kwargs)
+        keys, pop = jax.random.split(jax.random.key(0), B), mlp_params
+    else:
+        w = RolloutWrapper(None, env_name=env_id, compaction=compaction, **kwargs)
+        keys, pop = jax.random.split(jax.random.key(1), (P, B)), dummy_population(P)
+    fit, traj = both(w, keys, pop)
+    assert isinstance(fit, FitnessResult) and fit.obs_stats is None
+    assert fit.returns.shape == (P, B) and traj[4].shape == (P, B, w.num_env_steps)
+    assert_fitness_matches_rollout(fit, traj, f"{env_id} {kind} compaction={compaction}")
+    if kind == "random":  # distinct keys: not every episode takes the same actions
+        action = traj[1]
+        assert not np.all(action == action[:1, :1]), f"{env_id}: random actions are all identical"
+
+
+def test_compaction_stages_cartpole():
+    """P=64, B=8: 512 episodes run in stages of 512 and 128; fitness == trajectory exactly."""
+    env, params = make("CartPole-v1")
+    policy, pop = mlp_population(env, params, 64, seed=7, hidden_sizes=(16,))
+    w = RolloutWrapper(policy.apply, env_name="CartPole-v1")
+    assert w._stage_sizes(512) == [512, 128]
+    fit, traj = both(w, jax.random.split(jax.random.key(11), 8), pop)
+    assert fit.returns.shape == (64, 8)
+    assert_fitness_matches_rollout(fit, traj, "CartPole P=64 B=8")
+    # The second stage is exercised: some episodes outlive the point where <= 128 are alive.
+    lengths = np.sort(fit.lengths.ravel())
+    assert lengths[-128] < lengths[-1], "all episodes ended together; no compaction happened"
+
+
+# ----------------------------------------------------------------------------- key schedule
+def reference_episodes(env, env_params, act, keys, pop_params, num_steps):
+    """A plain Python loop over `step_env`, with the wrapper's documented key schedule, for
+    every member `p` and episode key `keys[p, b]`: `[[(observations, return), ...], ...]`."""
+
+    @jax.jit
+    def step(params, key_episode, t, obs, state):
+        key_policy, key_env = jax.random.split(jax.random.fold_in(key_episode, t))
+        return env.step_env(key_env, state, act(params, obs, key_policy), env_params)
+
+    out = []
+    for p in range(keys.shape[0]):
+        params = jax.tree.map(lambda x: x[p], pop_params)
+        out.append([])
+        for key in keys[p]:
+            key_reset, key_episode = jax.random.split(key)
+            obs, state = env.reset_env(key_reset, env_params)
+            observations, total = [], 0.0
+            for t in range(num_steps):
+                observations.append(np.asarray(obs))
+                obs, state, reward, done, _ = step(params, key_episode, t, obs, state)
+                total += float(reward)
+                if bool(done):
+                    break
+            out[-1].append((np.stack(observations), total))
+    return out
+
+
+@pytest.mark.parametrize("case", ["FourRooms-random", "Pendulum-noisy-mlp"])
+def test_python_loop_reference(case):
+    if case == "FourRooms-random":  # stochastic env (slips) and a random policy
+        env, params = make("FourRooms-misc", max_steps_in_episode=60)
+        w = RolloutWrapper(None, env_name="FourRooms-misc", env_kwargs={"max_steps_in_episode": 60},
+                           env_params={"fail_prob": 0.5})
+        params = params.replace(fail_prob=0.5)
+        pop = dummy_population(2)
+
+        def act(p, obs, key):
+            return env.action_space(params).sample(key)
+
+    else:  # the policy uses its key
+        env, params = make("Pendulum-v1")
+        policy, pop = mlp_population(env, params, 2, hidden_sizes=(8,))
+
+        def act(p, obs, key):
+            return policy.apply(p, obs, key) + 0.5 * jax.random.normal(key, (1,))
+
+        w = RolloutWrapper(act, env_name="Pendulum-v1", num_env_steps=40, compaction=False)
+    keys = jax.random.split(jax.random.key(5), (2, 2))
+    fit, traj = both(w, keys, pop)
+    assert_fitness_matches_rollout(fit, traj, case)
+    reference = reference_episodes(env, params, act, keys, pop, w.num_env_steps)
+    for p in range(2):
+        for b in range(2):
+            obs, total = reference[p][b]
+            n = len(obs)
+            assert fit.lengths[p, b] == n, (case, p, b)
+            np.testing.assert_allclose(traj[0][p, b, :n], obs, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(fit.returns[p, b], total, rtol=1e-5, atol=1e-5)
+    if case == "FourRooms-random":  # the env key matters: distinct keys give distinct paths
+        assert len({traj[0][p, b].tobytes() for p in range(2) for b in range(2)}) == 4
+
+
+# ----------------------------------------------------------------------------- env params
+def stack_params(params, num_sets, **fields):
+    """`num_sets` copies of `params` stacked on a leading axis, with `fields` set per copy."""
+    batch = jax.tree.map(lambda x: jnp.stack([jnp.asarray(x)] * num_sets), params)
+    return batch.replace(**{k: jnp.asarray(v) for k, v in fields.items()})
+
+
+def test_env_param_batch_cartpole_gravity():
+    env, params = make("CartPole-v1")
+    gravity = [9.8, 2.0, 30.0]
+    batch = stack_params(params, 3, gravity=gravity)
+    meta = RolloutWrapper(None, env_name="CartPole-v1", env_params=batch, num_env_steps=200,
+                          common_random_numbers=False)
+    keys = jax.random.split(jax.random.key(2), 8)
+    fit, traj = both(meta, keys, dummy_population(3))
+    assert fit.returns.shape == (3, 3, 8) and fit.lengths.shape == (3, 3, 8)
+    assert traj[0].shape == (3, 3, 8, 200, 4) and traj[5].shape == (3, 3, 8)
+    assert_fitness_matches_rollout(fit, traj, "CartPole gravity batch")
+    assert fit.lengths[:, 1].mean() > fit.lengths[:, 0].mean() > fit.lengths[:, 2].mean(), (
+        "weaker gravity must keep a randomly pushed pole up longer"
+    )
+    single = RolloutWrapper(None, env_name="CartPole-v1", env_params={"gravity": gravity[0]},
+                            num_env_steps=200, common_random_numbers=False)
+    for m, g in enumerate(gravity):
+        got = single.population_fitness(keys, dummy_population(3), env_params=params.replace(gravity=g))
+        np.testing.assert_array_equal(got.lengths, fit.lengths[:, m])
+        np.testing.assert_array_equal(got.returns, fit.returns[:, m])
+
+
+def test_env_param_batch_pendulum_mass():
+    env, params = make("Pendulum-v1")
+    mass = [0.5, 1.0, 2.0]
+    policy, pop = mlp_population(env, params, 2, hidden_sizes=(8,))
+    meta = RolloutWrapper(policy.apply, env_name="Pendulum-v1", env_params=stack_params(params, 3, m=mass),
+                          num_env_steps=50)
+    keys = jax.random.split(jax.random.key(4), 3)
+    fit = jax.device_get(meta.population_fitness(keys, pop))
+    assert fit.returns.shape == (2, 3, 3)
+    singles = [RolloutWrapper(policy.apply, env_name="Pendulum-v1", env_params={"m": m}, num_env_steps=50)
+               for m in mass]
+    for m, w in enumerate(singles):
+        got = w.population_fitness(keys, pop)
+        np.testing.assert_allclose(got.returns, fit.returns[:, m], rtol=1e-5)
+    assert not np.allclose(fit.returns[:, 0], fit.returns[:, 2]), "the mass must matter"
+    with pytest.raises(ValueError, match="leading axis"):
+        bad = params.replace(m=jnp.asarray(mass))  # only one leaf batched
+        meta.population_fitness(keys, pop, env_params=bad)
+
+
+# ----------------------------------------------------------------------------- keys
+@functools.cache
+def random_cartpole(crn):
+    return RolloutWrapper(None, env_name="CartPole-v1", common_random_numbers=crn)
+
+
+def test_common_random_numbers():
+    pop = dummy_population(4)
+    keys = jax.random.split(jax.random.key(9), 3)
+    crn = random_cartpole(True).population_fitness(keys, pop)
+    assert crn.returns.shape == (4, 3)
+    assert np.all(crn.returns == crn.returns[:1]), "CRN: identical members, identical returns"
+    assert len(set(np.asarray(crn.returns[0]).tolist())) > 1, "the B episodes differ"
+    # Old-style uint32 keys give the same episodes as typed keys.
+    raw = random_cartpole(True).population_fitness(jax.random.split(jax.random.PRNGKey(9), 3), pop)
+    np.testing.assert_array_equal(raw.returns, crn.returns)
+
+    indep = random_cartpole(False).population_fitness(keys, pop)
+    assert not np.all(indep.returns == indep.returns[:1]), "without CRN members see other episodes"
+    folded = jax.vmap(lambda p: jax.vmap(lambda k: jax.random.fold_in(k, p))(keys))(jnp.arange(4))
+    np.testing.assert_array_equal(random_cartpole(True).population_fitness(folded, pop).returns, indep.returns)
+
+    # (P, B) keys are used as given.
+    other = jax.random.split(jax.random.key(10), 3)
+    given = jnp.stack([keys, keys, other, other])
+    out = random_cartpole(False).population_fitness(given, pop).returns
+    np.testing.assert_array_equal(out[0], crn.returns[0])
+    np.testing.assert_array_equal(out[0], out[1])
+    np.testing.assert_array_equal(out[2], out[3])
+    assert not np.array_equal(out[0], out[2])
+
+
+# ----------------------------------------------------------------------------- recurrence
+def test_lstm_policy():
+    env, params = make("CartPole-v1")
+    policy = LSTMPolicy.for_env(env, params, hidden_size=8)
+    pop = jax.vmap(lambda k: policy.init_params(k, env, params))(jax.random.split(jax.random.key(0), 4))
+    w = RolloutWrapper(policy.apply, env_name="CartPole-v1", init_carry=policy.initialize_carry(),
+                       num_env_steps=120)
+    assert w.recurrent
+    fit, traj = both(w, jax.random.split(jax.random.key(1), 3), pop)
+    assert fit.returns.shape == (4, 3) and traj[1].shape == (4, 3, 120) and traj[1].dtype == np.int32
+    assert_fitness_matches_rollout(fit, traj, "LSTM CartPole")
+
+
+def test_recurrent_carry_is_threaded():
+    """A policy whose action is scale * (its step counter): the carry counts up, then freezes."""
+
+    def counting(params, obs, count, key):
+        return params["scale"] * count.astype(jnp.float32)[None], count + 1
+
+    w = RolloutWrapper(counting, env_name="Pendulum-v1", env_kwargs={"max_steps_in_episode": 8},
+                       num_env_steps=12, init_carry=jnp.int32(5))
+    scale = jnp.asarray([0.01, 0.02, 0.05], jnp.float32)
+    fit, traj = both(w, jax.random.split(jax.random.key(0), 2), {"scale": scale})
+    assert_fitness_matches_rollout(fit, traj, "counting policy", exact=False)  # see the helper
+    np.testing.assert_array_equal(fit.lengths, 8)
+    count = 5 + np.minimum(np.arange(12), 8)  # frozen after the episode ends at step 8
+    expected = np.asarray(scale)[:, None, None] * count.astype(np.float32)
+    np.testing.assert_allclose(traj[1][..., 0], np.broadcast_to(expected, (3, 2, 12)), rtol=1e-6)
+
+
+# ----------------------------------------------------------------------------- normalisation
+def test_observation_normalisation():
+    def gain_policy(params, x, key):
+        return jnp.clip(params["gain"] * x[:1], -2.0, 2.0)
+
+    w = RolloutWrapper(gain_policy, env_name="Pendulum-v1", env_kwargs={"max_steps_in_episode": 30},
+                       num_env_steps=40, obs_normalization=True)
+    pop = {"gain": jnp.asarray([0.5, 1.0, 3.0])}
+    keys = jax.random.split(jax.random.key(6), 2)
+    stats = normalization.ObsStats(
+        count=jnp.float32(10.0),
+        mean=jnp.asarray([0.1, -0.2, 0.3], jnp.float32),
+        m2=jnp.asarray([2.5, 40.0, 10.0], jnp.float32),  # var = [0.25, 4, 1]
+    )
+    for given in (stats, None):
+        fit, traj = both(w, keys, pop, obs_stats=given if given is not None else normalization.init((3,)))
+        assert_fitness_matches_rollout(fit, traj, "obs normalisation")
+        obs, action = traj[0], traj[1]
+        # The policy saw (obs - mean) / std (identity for empty statistics).
+        seen = obs if given is None else np.clip((obs - np.asarray(stats.mean)) / np.sqrt([0.25, 4.0, 1.0]), -10, 10)
+        expected = np.clip(np.asarray(pop["gain"])[:, None, None] * seen[..., 0], -2, 2)
+        np.testing.assert_allclose(action[..., 0], expected, rtol=1e-5, atol=1e-6)
+        # Per-member statistics of the observations seen while alive (30 of 40 steps).
+        s = fit.obs_stats
+        assert s.count.shape == (3,) and s.mean.shape == (3, 3) and s.m2.shape == (3, 3)
+        np.testing.assert_array_equal(s.count, 2 * 30)
+        alive = obs[:, :, :30].astype(np.float64)
+        np.testing.assert_allclose(s.mean, alive.mean(axis=(1, 2)), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(s.var, alive.var(axis=(1, 2)), rtol=1e-4, atol=1e-5)
+        merged = normalization.merge_stacked(s)
+        np.testing.assert_allclose(merged.count, 3 * 2 * 30)
+        np.testing.assert_allclose(merged.mean, alive.reshape(-1, 3).mean(0), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(merged.var, alive.reshape(-1, 3).var(0), rtol=1e-4, atol=1e-5)
+    # The default (no obs_stats) is the identity normalisation.
+    default = w.population_fitness(keys, pop)
+    np.testing.assert_array_equal(default.returns, fit.returns)
+
+
+# ----------------------------------------------------------------------------- bad input
+def test_bad_input_errors():
+    env, params = make("CartPole-v1")
+    policy, pop = mlp_population(env, params, 3, hidden_sizes=(4,))
+    w = RolloutWrapper(policy.apply, env_name="CartPole-v1", num_env_steps=5)
+    keys = jax.random.split(jax.random.key(0), 2)
+    mixed = jax.tree.map(lambda x: x, pop)
+    mixed["params"]["Dense_0"]["bias"] = mixed["params"]["Dense_0"]["bias"][:2]
+    with pytest.raises(ValueError, match="leading .*axis P"):
+        w.population_fitness(keys, mixed)
+    with pytest.raises(ValueError, match=r"\(2, 3\).*uint32"):
+        w.population_fitness(jnp.zeros((2, 3), jnp.uint32), pop)
+    with pytest.raises(ValueError, match=r"population size P=3"):
+        w.population_rollout(jax.random.split(jax.random.key(0), (4, 2)), pop)
+    with pytest.raises(ValueError, match="single_rollout takes one key"):
+        w.single_rollout(keys, jax.tree.map(lambda x: x[0], pop))
+    with pytest.raises(ValueError, match="Discrete"):
+        RolloutWrapper(lambda p, o, k: jnp.float32(0.5), env_name="CartPole-v1", num_env_steps=5
+                       ).population_fitness(keys, dummy_population(3))
+    with pytest.raises(ValueError, match=r"shape \(3,\).*Box.*\(1,\)"):
+        RolloutWrapper(lambda p, o, k: jnp.zeros(3), env_name="Pendulum-v1", num_env_steps=5
+                       ).population_rollout(keys, dummy_population(3))
+
+
+def test_nan_policy_gives_nan_returns():
+    """A diverging policy is not an error: its returns are NaN (the evolve loop ranks them last)."""
+    w = RolloutWrapper(lambda p, o, k: jnp.full((1,), jnp.nan) * p["w"], env_name="Pendulum-v1",
+                       num_env_steps=5)
+    fit = w.population_fitness(jax.random.split(jax.random.key(0), 2), {"w": jnp.ones(3)})
+    assert np.all(np.isnan(fit.returns)) and np.all(fit.lengths == 5)
+
+
+# ----------------------------------------------------------------------------- external envs
+def test_external_gymnax_environment():
+    genv, gparams = gymnax.make("CartPole-v1")
+
+    def heuristic_or_left(params, obs, key):
+        balance = (obs[2] + obs[3] > 0).astype(jnp.int32)  # keeps the pole up for long
+        return jnp.where(params["mode"] > 0, balance, 0).astype(jnp.int32)
+
+    pop = {"mode": jnp.asarray([1, 0])}
+    keys = jax.random.split(jax.random.key(0), 3)
+    ours = RolloutWrapper(heuristic_or_left, env_name="CartPole-v1", env_kwargs={"max_steps_in_episode": 20},
+                          num_env_steps=30)
+    theirs = RolloutWrapper(heuristic_or_left, env=genv, env_params={"max_steps_in_episode": 20},
+                            num_env_steps=30)
+    assert theirs.obs_shape == (4,) and theirs.num_env_steps == 30
+    for w in (ours, theirs):
+        fit, traj = both(w, keys, pop)
+        assert traj[0].shape == (2, 3, 30, 4) and fit.returns.shape == (2, 3)
+        assert_fitness_matches_rollout(fit, traj, w.env_name)
+        np.testing.assert_array_equal(fit.lengths[0], 20)  # time limit honoured
+        assert np.all(fit.lengths[1] < 20) and np.all(traj[4][1, :, -1])  # pushed over: ends early
+        np.testing.assert_array_equal(fit.returns, fit.lengths)
+
+
+# ----------------------------------------------------------------------------- tracing
+def test_no_retrace_and_no_mutation():
+    traces = []
+
+    def counted(params, obs, key):
+        traces.append(1)  # runs at trace time only
+        return (params["w"] @ obs > 0).astype(jnp.int32)
+
+    w = RolloutWrapper(counted, env_name="CartPole-v1", num_env_steps=50)
+    attrs = dict(vars(w))
+    pop = {"w": jax.random.normal(jax.random.key(0), (3, 4))}
+    first = w.population_fitness(jax.random.split(jax.random.key(1), 2), pop)
+    n = len(traces)
+    assert n > 0
+    second = w.population_fitness(jax.random.split(jax.random.key(2), 2), {"w": -pop["w"]})
+    assert len(traces) == n, "a second call with the same shapes must not retrace"
+    assert not np.array_equal(first.returns, second.returns) or not np.array_equal(first.lengths, second.lengths)
+    assert vars(w).keys() == attrs.keys() and all(vars(w)[k] is v for k, v in attrs.items())

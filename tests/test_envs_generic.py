@@ -37,7 +37,9 @@ def fast_compilation():
     Nearly all of this file's time is compiling two small programs per environment that
     then run a dozen times; the flag is JAX's own for that trade-off. Floats may differ
     from optimised code in the last bit (e.g. fused multiply-adds); every comparison here
-    is between programs compiled under the same setting. Restored afterwards.
+    is between programs compiled under the same setting. Restored afterwards; what this
+    module computes eagerly (and JAX caches for later modules) is exact: key splits,
+    stacking, comparisons.
     """
     previous = jax.config.read("jax_disable_most_optimizations")
     jax.config.update("jax_disable_most_optimizations", True)

@@ -68,7 +68,7 @@ def test_wheel_installs_only_the_popeval_package(tmp_path):
     src = tmp_path / "src"  # build from a copy: the repository is not written to
     shutil.copytree(REPO, src, ignore=COPY_IGNORE)
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", tmp_path / "dist", src],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", tmp_path / "dist", src],
         check=True,
         capture_output=True,
         timeout=300,

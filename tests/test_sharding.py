@@ -104,7 +104,7 @@ def test_checkpoint_identical_across_device_counts(runs, name):
         other = arrays(n)
         assert other.keys() == reference.keys()
         for k in reference:
-            if k.startswith("/obs_stats"):
+            if k.startswith("/obs_stats") and np.asarray(reference[k]).dtype.kind == "f":
                 # XLA:CPU contracts multiply-adds into FMAs per compiled program, and the
                 # per-device batch size changes the program: observations (hence their
                 # statistics) may differ in the last bit across device counts. Fitness,

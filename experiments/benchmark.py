@@ -24,7 +24,10 @@ ended (sum of episode lengths / time_s); the fixed-length scans compute every st
 and each implementation plays its own episodes (different key schedules and resets), so
 compare times for the speed and steps/s for the work done. `mem MB` is XLA's compiled
 memory analysis: temporary + output buffer bytes of the executable (not process RSS).
-`x gymnax` is gymnax's time divided by the row's (above 1: faster than gymnax).
+`x gymnax` is gymnax's time divided by the row's (above 1: faster than gymnax). A program
+whose XLA buffers exceed `--max-mem-mb` (default 3 GiB; e.g. 1000-step MinAtar
+trajectories of 512 x 8 episodes) is compiled, its memory reported, but not run: on a
+shared machine it could exhaust the memory of every process.
 
 The memory check compiles and runs the fitness path for P=512, B=8, T=1000 (Pendulum with
 `max_steps_in_episode=1000`: every episode runs the full 1000 steps) and reports XLA's
@@ -76,13 +79,19 @@ def episode_lengths(done: np.ndarray) -> np.ndarray:
     return np.where(done.any(-1), done.argmax(-1) + 1, done.shape[-1])
 
 
-def measure(fn: Callable, args: tuple, repeats: int) -> tuple[dict, Any]:
-    """Compiles `fn(*args)` ahead of time, warms up, and times `repeats` calls."""
+def measure(fn: Callable, args: tuple, repeats: int, max_mem_bytes: float) -> tuple[dict, Any]:
+    """Compiles `fn(*args)` ahead of time, warms up, and times `repeats` calls.
+
+    A program whose XLA temp + output buffers exceed `max_mem_bytes` is compiled but not
+    run (`time_s` None): on a shared machine it could take the memory of other processes.
+    """
     t0 = time.perf_counter()
     compiled = jax.jit(fn).lower(*args).compile()
     compile_s = time.perf_counter() - t0
     mem = compiled.memory_analysis()
     mem_bytes = None if mem is None else int(mem.temp_size_in_bytes + mem.output_size_in_bytes)
+    if mem_bytes is not None and mem_bytes > max_mem_bytes:
+        return {"compile_s": compile_s, "time_s": None, "times_s": [], "mem_bytes": mem_bytes}, None
     out = jax.block_until_ready(compiled(*args))  # warm-up
     times = []
     for _ in range(repeats):
@@ -151,7 +160,7 @@ def candidates(env_id: str, num_steps: int | None, policy, pop_params, keys) -> 
 
 
 def bench_env(env_id: str, num_steps: int | None, pop_size: int, num_rollouts: int, repeats: int,
-              log=print) -> list[dict]:
+              max_mem_bytes: float = float("inf"), log=print) -> list[dict]:
     env, env_params = make(env_id)
     policy = MLPPolicy.for_env(env, env_params, hidden_sizes=HIDDEN)
     init = jax.jit(jax.vmap(lambda k: policy.init_params(k, env, env_params)))
@@ -159,10 +168,9 @@ def bench_env(env_id: str, num_steps: int | None, pop_size: int, num_rollouts: i
     keys = jax.random.split(jax.random.key(1), num_rollouts)
     rows = []
     for impl, (fn, lengths_of) in candidates(env_id, num_steps, policy, pop_params, keys).items():
-        stats, out = measure(fn, (keys, pop_params), repeats)
-        lengths = lengths_of(out)
+        stats, out = measure(fn, (keys, pop_params), repeats, max_mem_bytes)
+        steps = None if out is None else int(lengths_of(out).sum())
         del out
-        steps = int(lengths.sum())
         row = {
             "env": env_id,
             "pop_size": pop_size,
@@ -171,13 +179,14 @@ def bench_env(env_id: str, num_steps: int | None, pop_size: int, num_rollouts: i
             "impl": impl,
             **stats,
             "env_steps": steps,
-            "steps_per_s": steps / stats["time_s"],
+            "steps_per_s": None if steps is None else steps / stats["time_s"],
         }
         rows.append(row)
-        log(f"  {env_id} P={pop_size} {impl}: {stats['time_s']:.4f} s (compile {stats['compile_s']:.1f} s)")
+        took = "not run (memory)" if steps is None else f"{stats['time_s']:.4f} s"
+        log(f"  {env_id} P={pop_size} {impl}: {took} (compile {stats['compile_s']:.1f} s)")
     anchor = next((r["time_s"] for r in rows if r["impl"] == "gymnax RolloutWrapper"), None)
     for r in rows:
-        r["speedup_vs_gymnax"] = None if anchor is None else anchor / r["time_s"]
+        r["speedup_vs_gymnax"] = None if anchor is None or r["time_s"] is None else anchor / r["time_s"]
     return rows
 
 
@@ -224,12 +233,16 @@ def format_table(rows: list[dict]) -> str:
     for r in rows:
         ratio = "" if r["speedup_vs_gymnax"] is None else f"{r['speedup_vs_gymnax']:.2f}"
         mem = "" if r["mem_bytes"] is None else f"{r['mem_bytes'] / 2**20:.1f}"
-        lines.append(
-            f"{r['env']:<18} {r['pop_size']:>4} {r['num_env_steps']:>5} {r['impl']:<22} "
-            f"{r['time_s']:>9.4f} {r['compile_s']:>9.1f} {r['steps_per_s']:>11.3g} {ratio:>8} {mem:>8}"
-        )
+        if r["time_s"] is None:
+            timing = f"{'not run':>9} {r['compile_s']:>9.1f} {'(memory)':>11}"
+        else:
+            timing = f"{r['time_s']:>9.4f} {r['compile_s']:>9.1f} {r['steps_per_s']:>11.3g}"
+        lines.append(f"{r['env']:<18} {r['pop_size']:>4} {r['num_env_steps']:>5} {r['impl']:<22} "
+                     f"{timing} {ratio:>8} {mem:>8}")
     lines.append("* mem MB: XLA compiled memory analysis, temp + output buffers (not process RSS). "
                  "steps/s counts steps before done only.")
+    if any(r["time_s"] is None for r in rows):
+        lines.append("  not run: the program's buffers exceed --max-mem-mb (compiled only).")
     return "\n".join(lines)
 
 
@@ -258,6 +271,8 @@ def parse_args(argv):
     p.add_argument("--pop-sizes", nargs="+", type=int, default=None)
     p.add_argument("--num-rollouts", type=int, default=NUM_ROLLOUTS)
     p.add_argument("--no-memory-check", action="store_true")
+    p.add_argument("--max-mem-mb", type=float, default=3072.0,
+                   help="compile but do not run programs whose XLA buffers exceed this (default 3072)")
     return p.parse_args(argv)
 
 
@@ -284,18 +299,21 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict] = []
     for env_id, num_steps in envs.items():
         for pop_size in pop_sizes:
-            rows.extend(bench_env(env_id, num_steps, pop_size, num_rollouts, repeats, log))
+            rows.extend(bench_env(env_id, num_steps, pop_size, num_rollouts, repeats,
+                                  args.max_mem_mb * 2**20, log))
     mem = None if args.no_memory_check else memory_check(*memory)
 
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     report = {
         "config": {"quick": args.quick, "envs": list(envs), "pop_sizes": list(pop_sizes),
                    "num_rollouts": num_rollouts, "repeats": repeats, "hidden_sizes": list(HIDDEN),
+                   "max_mem_mb": args.max_mem_mb,
                    "not_registered": skipped},
         "machine": {"jax": jax.__version__, "backend": jax.default_backend(),
                     "devices": [str(d) for d in jax.devices()], "cpu_count": os.cpu_count(),
                     "platform": platform.platform(), "load_average": load},
-        "columns": {"time_s": "median wall seconds per population evaluation",
+        "columns": {"time_s": "median wall seconds per population evaluation (None: not run, "
+                              "its buffers exceed max_mem_mb)",
                     "compile_s": "trace + lower + compile seconds",
                     "steps_per_s": "env steps before done / time_s",
                     "mem_bytes": "XLA compiled temp + output buffer bytes",

@@ -59,10 +59,12 @@ class _ForEnv:
     def init_params(self, key: jax.Array, env: Any, env_params: Any = None):
         """Flax variables for this policy on `env`'s observations."""
         env_params = env.default_params if env_params is None else env_params
-        obs, _ = env.reset(jax.random.key(0), env_params)
+        shape = jax.eval_shape(lambda p: env.reset(jax.random.key(0), p)[0], env_params)
+        obs = jnp.zeros(shape.shape, shape.dtype)
+        # One compiled program: flax's eager init would compile every op separately (~1 s).
         if isinstance(self, LSTMPolicy):
-            return self.init(key, obs, self.initialize_carry(), key)
-        return self.init(key, obs, key)
+            return jax.jit(lambda k, o: self.init(k, o, self.initialize_carry(), k))(key, obs)
+        return jax.jit(lambda k, o: self.init(k, o, k))(key, obs)
 
 
 class MLPPolicy(nn.Module, _ForEnv):

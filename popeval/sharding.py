@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-__all__ = ["AXIS", "use_all_cores", "num_devices", "local_slice", "gather_members", "pmap_replicated"]
+__all__ = ["AXIS", "use_all_cores", "num_devices", "local_slice", "gather_members", "Replicated"]
 
 #: Name of the device axis inside a sharded generation.
 AXIS = "devices"
@@ -63,22 +63,34 @@ def gather_members(x: Any, pop_size: int) -> Any:
     return jax.tree.map(one, x)
 
 
-def pmap_replicated(fn: Callable, devices: int) -> Callable:
-    """pmaps `fn` over `devices` with every argument replicated; returns device 0's output."""
-    # pmap needs one mapped argument: the device ids (unused by `fn`).
-    mapped = jax.pmap(lambda _, *args: fn(*args), axis_name=AXIS, in_axes=0,
-                      devices=jax.local_devices()[:devices])
-    ids = jnp.arange(devices)
-    # Outputs of the previous call are committed to the device mesh; pmap refuses them unless
-    # they are laid out as it expects (one slice per device), so place the stacked copies.
-    stacked = NamedSharding(Mesh(np.array(jax.local_devices()[:devices]), (AXIS,)), PartitionSpec(AXIS))
+class Replicated:
+    """`fn` pmapped over `devices`, every argument replicated (one copy per device).
 
-    def replicate(x):
-        return jax.device_put(jnp.broadcast_to(x, (devices,) + jnp.shape(x)), stacked)
+    The state lives on the devices between calls as a stacked copy per device: `replicate`
+    places a host pytree once, a call maps stacked inputs to stacked outputs (fed straight
+    back in, no copies), and `first` takes device 0's copy. Each of these is one compiled
+    program, so a loop of calls dispatches no small eager operations.
+    """
 
-    def call(*args):
-        out = mapped(ids, *[jax.tree.map(replicate, a) for a in args])
-        return jax.tree.map(lambda x: x[0], out)
+    def __init__(self, fn: Callable, devices: int):
+        local = jax.local_devices()[:devices]
+        self.devices = devices
+        # pmap needs one mapped argument: the device ids (unused by `fn`).
+        self._ids = np.arange(devices)
+        self._mapped = jax.pmap(lambda _, *args: fn(*args), axis_name=AXIS, devices=local)
+        stacked = NamedSharding(Mesh(np.array(local), (AXIS,)), PartitionSpec(AXIS))
+        self._replicate = jax.jit(
+            lambda tree: jax.tree.map(lambda x: jnp.broadcast_to(x, (devices,) + jnp.shape(x)), tree),
+            out_shardings=stacked)
+        self._first = jax.jit(lambda tree: jax.tree.map(lambda x: x[0], tree))
 
-    call.mapped = mapped
-    return call
+    def replicate(self, tree: Any) -> Any:
+        """A host (or single-device) pytree -> its stacked per-device copies."""
+        return self._replicate(tree)
+
+    def __call__(self, *stacked: Any) -> Any:
+        return self._mapped(self._ids, *stacked)
+
+    def first(self, tree: Any) -> Any:
+        """Stacked copies -> device 0's copy."""
+        return self._first(tree)

@@ -26,6 +26,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import yaml
 from flax import struct
 
@@ -186,24 +187,26 @@ def build(config: EvolveConfig) -> Run:
 
 
 def _init_state(run: Run, config: EvolveConfig) -> EvolveState:
-    key = jax.random.key(config.seed)
-    stats = normalization.init(run.manager.obs_shape) if config.obs_normalization else None
-    return EvolveState(
-        strategy=run.strategy.init(jax.random.fold_in(key, 1), run.template),
-        generation=jnp.int32(0),
-        best_params=run.template,
-        best_fitness=jnp.float32(-jnp.inf),
-        obs_stats=stats,
-    )
+    def init(seed):
+        stats = normalization.init(run.manager.obs_shape) if config.obs_normalization else None
+        return EvolveState(
+            strategy=run.strategy.init(jax.random.fold_in(jax.random.key(seed), 1), run.template),
+            generation=jnp.int32(0),
+            best_params=run.template,
+            best_fitness=jnp.float32(-jnp.inf),
+            obs_stats=stats,
+        )
+
+    return jax.jit(init)(np.int32(config.seed))  # one program, not one per eager op
 
 
 def _generation_fn(run: Run, config: EvolveConfig, devices: int):
-    """The per-device generation program (traced once)."""
+    """The per-device generation program (traced once; the seed is an argument, so runs that
+    differ only in their seed share the compiled program and the compilation cache)."""
     pop_size, num_rollouts = config.pop_size, config.num_rollouts
-    base = jax.random.key(config.seed)
 
-    def generation(state: EvolveState):
-        gen_key = jax.random.fold_in(jax.random.fold_in(base, 2), state.generation)
+    def generation(state: EvolveState, seed: jax.Array):
+        gen_key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), 2), state.generation)
         key_ask, key_eval = jax.random.split(gen_key)
         population, strategy_state = run.strategy.ask(key_ask, state.strategy)
         members, per_device = sharding.local_slice(pop_size, devices)
@@ -247,10 +250,11 @@ def _generation_fn(run: Run, config: EvolveConfig, devices: int):
 
 
 def _eval_fn(run: Run, config: EvolveConfig):
-    """Mean return of one policy over `eval_episodes` episodes (own keys, fixed per call)."""
+    """Returns of one policy over `eval_episodes` episodes; episode `index` picks the keys."""
     manager = run.manager
 
-    def evaluate(params, obs_stats, key):
+    def evaluate(params, obs_stats, seed, index):
+        key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), 3), index)
         keys = jax.random.split(key, config.eval_episodes)
         result = manager.population_fitness(keys, jax.tree.map(lambda x: x[None], params), obs_stats=obs_stats)
         return result.returns[0]
@@ -278,10 +282,6 @@ def _prepare_run_dir(config: EvolveConfig) -> tuple[Path, bool]:
     return run_dir, False
 
 
-def _to_host(tree):
-    return jax.tree.map(lambda x: x.item() if hasattr(x, "item") else x, jax.device_get(tree))
-
-
 def evolve(config: EvolveConfig, *, progress: bool | None = None) -> dict:
     """Runs (or resumes) an experiment; returns a summary dict (also in `result.json`)."""
     t_start = time.perf_counter()
@@ -299,9 +299,11 @@ def evolve(config: EvolveConfig, *, progress: bool | None = None) -> dict:
                       name=run_dir.name, resume_id=meta.get("wandb_id"))
     meta["wandb_id"] = wandb.run_id or meta.get("wandb_id")
 
-    step = sharding.pmap_replicated(_generation_fn(run, config, devices), devices)
+    step = sharding.Replicated(_generation_fn(run, config, devices), devices)
     evaluate = _eval_fn(run, config)
-    eval_key = jax.random.fold_in(jax.random.key(config.seed), 3)
+    mean_params = jax.jit(run.strategy.mean)
+    seed = np.int32(config.seed)
+    stacked, stacked_seed = step.replicate(state), step.replicate(seed)
     show = (not config.quiet and sys.stderr.isatty()) if progress is None else progress
     bar = None
     if show:
@@ -319,32 +321,35 @@ def evolve(config: EvolveConfig, *, progress: bool | None = None) -> dict:
     try:
         while gen < config.num_generations:
             t0 = time.perf_counter()
-            state, metrics = step(state)
-            metrics = _to_host(metrics)
+            new, metrics = step(stacked, stacked_seed)
+            metrics = {k: v[0].item() for k, v in jax.device_get(metrics).items()}
             dt = time.perf_counter() - t0
             if compile_time is None:
                 compile_time = dt
-            gen += 1
             gen_steps = int(metrics.pop("steps/generation"))
-            meta["env_steps"] += gen_steps
-            metrics.update({"generation": gen, "steps/env_total": meta["env_steps"],
+            metrics.update({"generation": gen + 1, "steps/env_total": meta["env_steps"] + gen_steps,
                             "steps/per_second": gen_steps / max(dt, 1e-9)})
             metrics["eval/return"] = math.nan
-            if gen % config.eval_every == 0 or gen == config.num_generations:
-                returns = evaluate(run.strategy.mean(state.strategy), state.obs_stats, jax.random.fold_in(eval_key, gen))
-                metrics["eval/return"] = float(jnp.mean(returns))
+            if (gen + 1) % config.eval_every == 0 or gen + 1 == config.num_generations:
+                state = step.first(new)
+                returns = evaluate(mean_params(state.strategy), state.obs_stats, seed, gen + 1)
+                metrics["eval/return"] = float(np.mean(returns))
             metrics["time/elapsed"] = time.perf_counter() - t_start
             solved = config.target is not None and metrics["fitness/mean"] >= config.target
-            if solved and meta.get("solved_at") is None:
-                meta["solved_at"] = {"generation": gen, "seconds": metrics["time/elapsed"]}
+            solved_at = meta.get("solved_at")
+            if solved and solved_at is None:
+                solved_at = {"generation": gen + 1, "seconds": metrics["time/elapsed"]}
             csv.log(metrics)
-            wandb.log(metrics, step=gen)
-            meta["generation"] = gen
+            wandb.log(metrics, step=gen + 1)
+            # What a checkpoint saves moves together, after the generation is logged.
+            gen, stacked = gen + 1, new
+            meta.update(generation=gen, env_steps=metrics["steps/env_total"], solved_at=solved_at)
             if bar is not None:
                 bar.set_postfix(best=f"{metrics['best/fitness']:.1f}", mean=f"{metrics['fitness/mean']:.1f}",
                                 sps=f"{metrics['steps/per_second']:.2e}")
                 bar.update(1)
             if gen % config.checkpoint_every == 0:
+                state = step.first(stacked)
                 save()
             if solved and config.stop_at_target:
                 break
@@ -352,12 +357,13 @@ def evolve(config: EvolveConfig, *, progress: bool | None = None) -> dict:
         if bar is not None:
             bar.close()
         if gen > start_gen:
+            state = step.first(stacked)
             save()
         plot_fitness(run_dir / "metrics.csv", run_dir / "fitness.png", f"{config.env_name} / {run.strategy.name}")
         wandb.finish()
 
-    mean_returns = evaluate(run.strategy.mean(state.strategy), state.obs_stats, jax.random.fold_in(eval_key, 10**6))
-    best_returns = evaluate(state.best_params, state.obs_stats, jax.random.fold_in(eval_key, 10**6))
+    mean_returns = evaluate(mean_params(state.strategy), state.obs_stats, seed, 10**6)
+    best_returns = evaluate(state.best_params, state.obs_stats, seed, 10**6)
     summary = {
         "env_name": config.env_name,
         "strategy": run.strategy.name,

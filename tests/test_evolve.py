@@ -96,9 +96,9 @@ def base_run(tmp_path_factory):
     def counting(run, config, devices):
         generation = original(run, config, devices)
 
-        def traced(state):
+        def traced(state, seed):
             traces[-1] += 1  # Python runs only while JAX traces
-            return generation(state)
+            return generation(state, seed)
 
         return traced
 

@@ -8,7 +8,9 @@
     popeval render RUN_DIR --out x.gif
 
 This is the application layer: it imports `popeval.strategies` lazily, and on a CPU machine
-it gives JAX one device per core before any JAX backend starts (unless the user set a count).
+it gives JAX one device per core before any JAX backend starts (unless the user set a count)
+and keeps compiled programs in a persistent cache (`POPEVAL_CACHE_DIR`, see
+`_use_compilation_cache`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -58,11 +61,33 @@ def main(argv: list[str] | None = None) -> int:
     msg = sharding.use_all_cores()
     if msg and args.command in ("evolve", "bench"):
         log.info(msg)
+    if args.command in ("evolve", "eval", "render"):
+        msg = _use_compilation_cache()
+        if msg and args.command == "evolve":
+            log.info(msg)
     try:
         return _COMMANDS[args.command](args, extra)
     except (ValueError, TypeError, FileNotFoundError) as e:
         print(f"popeval {args.command}: error: {e}", file=sys.stderr)
         return 2
+
+
+def _use_compilation_cache() -> str | None:
+    """Keeps compiled XLA programs on disk (JAX's persistent compilation cache), so that a
+    second run of a config (another seed included: it is an argument of the programs) skips
+    compilation. `POPEVAL_CACHE_DIR` picks the directory (default `~/.cache/popeval/xla`;
+    empty turns it off); a cache the user configured for JAX is left alone."""
+    import jax
+
+    if os.environ.get("JAX_COMPILATION_CACHE_DIR") or jax.config.jax_compilation_cache_dir:
+        return None
+    default = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "popeval" / "xla"
+    path = os.environ.get("POPEVAL_CACHE_DIR", str(default))
+    if not path:
+        return None
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
+    return f"compilation cache: {path} (POPEVAL_CACHE_DIR= turns it off)"
 
 
 def _evolve(args, extra) -> int:

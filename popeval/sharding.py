@@ -83,6 +83,7 @@ class Replicated:
             lambda tree: jax.tree.map(lambda x: jnp.broadcast_to(x, (devices,) + jnp.shape(x)), tree),
             out_shardings=stacked)
         self._first = jax.jit(lambda tree: jax.tree.map(lambda x: x[0], tree))
+        self._device0 = local[0]
 
     def replicate(self, tree: Any) -> Any:
         """A host (or single-device) pytree -> its stacked per-device copies."""
@@ -92,5 +93,5 @@ class Replicated:
         return self._mapped(self._ids, *stacked)
 
     def first(self, tree: Any) -> Any:
-        """Stacked copies -> device 0's copy."""
-        return self._first(tree)
+        """Stacked copies -> device 0's copy (on device 0 alone, like an uncommitted array)."""
+        return jax.device_put(self._first(tree), self._device0)

@@ -21,6 +21,7 @@ import os
 import sys
 import time
 import typing
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -300,10 +301,16 @@ def evolve(config: EvolveConfig, *, progress: bool | None = None) -> dict:
     meta["wandb_id"] = wandb.run_id or meta.get("wandb_id")
 
     step = sharding.Replicated(_generation_fn(run, config, devices), devices)
-    evaluate = _eval_fn(run, config)
-    mean_params = jax.jit(run.strategy.mean)
     seed = np.int32(config.seed)
     stacked, stacked_seed = step.replicate(state), step.replicate(seed)
+    # The evaluation program compiles on a second thread while generation 1 compiles on
+    # this one: XLA compiles on one core, and the run needs both programs.
+    spec = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), state)  # strong types
+    pool = ThreadPoolExecutor(1)
+    compiling = pool.submit(
+        lambda: (_eval_fn(run, config).lower(spec.best_params, spec.obs_stats, seed, seed).compile(),
+                 jax.jit(run.strategy.mean).lower(spec.strategy).compile()))
+    pool.shutdown(wait=False)
     show = (not config.quiet and sys.stderr.isatty()) if progress is None else progress
     bar = None
     if show:
@@ -332,7 +339,8 @@ def evolve(config: EvolveConfig, *, progress: bool | None = None) -> dict:
             metrics["eval/return"] = math.nan
             if (gen + 1) % config.eval_every == 0 or gen + 1 == config.num_generations:
                 state = step.first(new)
-                returns = evaluate(mean_params(state.strategy), state.obs_stats, seed, gen + 1)
+                evaluate, mean_params = compiling.result()
+                returns = evaluate(mean_params(state.strategy), state.obs_stats, seed, np.int32(gen + 1))
                 metrics["eval/return"] = float(np.mean(returns))
             metrics["time/elapsed"] = time.perf_counter() - t_start
             solved = config.target is not None and metrics["fitness/mean"] >= config.target
@@ -362,8 +370,9 @@ def evolve(config: EvolveConfig, *, progress: bool | None = None) -> dict:
         plot_fitness(run_dir / "metrics.csv", run_dir / "fitness.png", f"{config.env_name} / {run.strategy.name}")
         wandb.finish()
 
-    mean_returns = evaluate(mean_params(state.strategy), state.obs_stats, seed, 10**6)
-    best_returns = evaluate(state.best_params, state.obs_stats, seed, 10**6)
+    evaluate, mean_params = compiling.result()
+    mean_returns = evaluate(mean_params(state.strategy), state.obs_stats, seed, np.int32(10**6))
+    best_returns = evaluate(state.best_params, state.obs_stats, seed, np.int32(10**6))
     summary = {
         "env_name": config.env_name,
         "strategy": run.strategy.name,

@@ -28,7 +28,8 @@ def cores() -> int:
 def run(args: list, cwd: Path, timeout: float = 300, **env_vars) -> subprocess.CompletedProcess:
     """`args` in a fresh process with no device count chosen (unless given in `env_vars`)."""
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES")}
-    env.update(JAX_PLATFORMS="cpu", WANDB_MODE="disabled", WANDB_SILENT="true", **env_vars)
+    env.update(JAX_PLATFORMS="cpu", WANDB_MODE="disabled", WANDB_SILENT="true", POPEVAL_CACHE_DIR="")
+    env.update(env_vars)
     return subprocess.run([str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=timeout)
 
@@ -37,18 +38,29 @@ def popeval(*args, cwd: Path, **kwargs) -> subprocess.CompletedProcess:
     return run([sys.executable, "-m", "popeval", *args], cwd, **kwargs)
 
 
+TIMING = {"time/elapsed", "steps/per_second", "wall_seconds", "first_generation_seconds", "seconds", "run_dir"}
+
+
+def _cartpole(cwd: Path, name: str, cache: Path) -> tuple[Path, dict, str]:
+    result = popeval("evolve", "--config", CARTPOLE, f"--run_dir={name}", "--quiet", "--wandb=disabled",
+                     cwd=cwd, timeout=900, POPEVAL_CACHE_DIR=str(cache))
+    assert result.returncode == 0, result.stdout + result.stderr
+    return cwd / name, json.loads(result.stdout), result.stderr
+
+
 @pytest.fixture(scope="module")
 def solved(tmp_path_factory):
-    """`popeval evolve` on the shipped CartPole config: `(run_dir, printed summary)`."""
-    cwd = tmp_path_factory.mktemp("cli")
-    result = popeval("evolve", "--config", CARTPOLE, "--run_dir=cartpole", "--quiet", "--wandb=disabled",
-                     cwd=cwd, timeout=900)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return cwd / "cartpole", json.loads(result.stdout)
+    """`popeval evolve` on the shipped CartPole config, twice: with an empty compilation cache
+    and again with the cache the first run filled. `(run_dir, summary, warm_run_dir, warm_summary,
+    logs, cache)` ."""
+    cwd, cache = tmp_path_factory.mktemp("cli"), tmp_path_factory.mktemp("xla-cache")
+    cold_dir, cold, cold_log = _cartpole(cwd, "cartpole", cache)
+    warm_dir, warm, warm_log = _cartpole(cwd, "cartpole-warm", cache)
+    return cold_dir, cold, warm_dir, warm, cold_log + warm_log, cache
 
 
 def test_shipped_cartpole_config_reaches_its_target(solved):
-    run_dir, summary = solved
+    run_dir, summary, *_ = solved
     with open(run_dir / "metrics.csv", newline="") as f:
         means = [float(r["fitness/mean"]) for r in csv.DictReader(f)]
     assert means[-1] == 500.0 and max(means[:-1], default=0.0) < 500.0  # stop_at_target
@@ -57,8 +69,25 @@ def test_shipped_cartpole_config_reaches_its_target(solved):
     assert json.loads((run_dir / "result.json").read_text()) == summary
 
 
+def without_timing(tree):
+    if isinstance(tree, dict):
+        return {k: without_timing(v) for k, v in tree.items() if k not in TIMING}
+    return tree
+
+
+def test_a_warm_compilation_cache_changes_nothing_but_time(solved):
+    cold_dir, cold, warm_dir, warm, logs, cache = solved
+    assert any(cache.iterdir()), "the first run left nothing in the compilation cache"
+    assert logs.count(f"compilation cache: {cache}") == 2
+    assert without_timing(warm) == without_timing(cold)
+    for name in ("metrics.csv",):
+        with open(cold_dir / name, newline="") as a, open(warm_dir / name, newline="") as b:
+            assert [without_timing(r) for r in csv.DictReader(a)] == [without_timing(r) for r in csv.DictReader(b)]
+    assert (cold_dir / "checkpoint.msgpack").read_bytes() == (warm_dir / "checkpoint.msgpack").read_bytes()
+
+
 def test_cli_uses_one_device_per_core(solved):
-    _, summary = solved
+    _, summary, *_ = solved
     assert summary["devices"] == cores()
 
 
@@ -86,7 +115,7 @@ def test_cli_sets_device_count_unless_the_user_chose_one(tmp_path, chosen):
 
 
 def test_eval_prints_the_returns_of_a_saved_controller(solved):
-    run_dir, _ = solved
+    run_dir, *_ = solved
     assert CONSOLE_SCRIPT.is_file(), "the `popeval` console script is not installed"
     result = run([CONSOLE_SCRIPT, "eval", run_dir, "--episodes", "8", "--which", "mean"], run_dir.parent)
     assert result.returncode == 0, result.stderr

@@ -1,6 +1,6 @@
 """Population-evaluation benchmark: popeval's rollout paths against gymnax and evosax.
 
-    python experiments/benchmark.py [--quick] [--out bench_results/benchmark.json]
+    python experiments/benchmark.py [--quick] [--time-to-solve] [--out bench_results/benchmark.json]
     popeval bench [same arguments]
 
 For each environment (CartPole-v1, Pendulum-v1, Acrobot-v1, and Breakout-MinAtar /
@@ -33,6 +33,11 @@ The memory check compiles and runs the fitness path for P=512, B=8, T=1000 (Pend
 `max_steps_in_episode=1000`: every episode runs the full 1000 steps) and reports XLA's
 temp + output bytes, the growth of the process's resident memory over the first run, and
 the same XLA figure for the trajectory path for comparison; the target is under 300 MB.
+
+`--time-to-solve` adds the end-to-end comparison of `experiments/time_to_solve.py`: wall
+seconds from process start until CartPole-v1 is solved (population mean 500), `popeval
+evolve` with a cold and a warm compilation cache against evosax's OpenAI-ES driving gymnax's
+RolloutWrapper, each in a fresh process.
 
 Timings on a shared machine are noisy: compare rows of one run.
 """
@@ -271,6 +276,9 @@ def parse_args(argv):
     p.add_argument("--pop-sizes", nargs="+", type=int, default=None)
     p.add_argument("--num-rollouts", type=int, default=NUM_ROLLOUTS)
     p.add_argument("--no-memory-check", action="store_true")
+    p.add_argument("--time-to-solve", action="store_true",
+                   help="also run experiments/time_to_solve.py: CartPole from process start, "
+                        "popeval evolve vs evosax + gymnax (fresh processes, ~1 minute)")
     p.add_argument("--max-mem-mb", type=float, default=3072.0,
                    help="compile but do not run programs whose XLA buffers exceed this (default 3072)")
     return p.parse_args(argv)
@@ -324,6 +332,10 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(rows))
     if mem is not None:
         print(format_memory(mem))
+    if args.time_to_solve:
+        tts = _time_to_solve_module()
+        report["time_to_solve"] = tts.measure(args.repeats if not args.quick else 1)
+        print(tts.format_table(report["time_to_solve"]))
     if load is not None:
         print(f"load average during the run: {load[0]:.1f} (on {os.cpu_count()} cores); timings are noisy")
     out = Path(args.out)
@@ -331,6 +343,16 @@ def main(argv: list[str] | None = None) -> int:
     out.write_text(json.dumps(report, indent=2))
     print(f"wrote {out}")
     return 0
+
+
+def _time_to_solve_module():
+    import importlib.util
+
+    path = Path(__file__).resolve().with_name("time_to_solve.py")
+    spec = importlib.util.spec_from_file_location("popeval_time_to_solve", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 if __name__ == "__main__":

@@ -9,14 +9,17 @@ Compares, each in a fresh Python process on the same machine:
     python experiments/time_to_solve.py [--repeats 1] [--out bench_results/time_to_solve.json]
 
 Reported: wall seconds from process start until the process exits after reaching the target
-(so popeval's figure includes its final 64-episode evaluation and the PNG), generations, and
-seconds per generation after the first. Timings are noisy on shared machines: compare the
+(so popeval's figure includes its final 64-episode evaluation and the PNG), generations, the
+first generation's seconds (mostly compilation) and seconds per generation after the first.
+popeval runs twice: with an empty compilation cache (cold) and with the cache the first run
+filled (warm, what a re-run of a config costs). Timings are noisy on shared machines: compare the
 two rows of one run.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import subprocess
@@ -71,35 +74,52 @@ def _run(cmd: list[str], env: dict) -> tuple[float, str]:
     return wall, out.stdout
 
 
+def _popeval_row(name: str, repeat: int, env: dict, tmp: Path) -> dict:
+    run_dir = tmp / name.replace(" ", "-").replace("(", "").replace(")", "")
+    wall, _ = _run([sys.executable, "-m", "popeval", "evolve", "--config",
+                    "experiments/configs/cartpole.yaml", f"--run_dir={run_dir}",
+                    "--quiet", "--wandb=disabled", f"--num_generations={MAX_GENERATIONS}"], env)
+    result = json.loads((run_dir / "result.json").read_text())
+    with open(run_dir / "metrics.csv") as f:
+        elapsed = [float(x["time/elapsed"]) for x in csv.DictReader(f)]
+    per_gen = (elapsed[-1] - elapsed[0]) / max(len(elapsed) - 1, 1)
+    return {"name": name, "repeat": repeat, "wall_seconds": wall,
+            "generations": result["generations"], "solved": result["solved_at"] is not None,
+            "seconds_per_generation": per_gen, "devices": result["devices"],
+            "first_generation_seconds": result["first_generation_seconds"],
+            "final_mean_policy_return": result["mean_policy_return"]}
+
+
 def measure(repeats: int = 1) -> list[dict]:
-    """Runs both sides `repeats` times; returns one row per run."""
+    """Runs each side `repeats` times; returns one row per run.
+
+    popeval runs twice per repeat: with an empty compilation cache (cold: everything
+    compiles) and again with the cache that run filled (warm: a re-run of the config, as
+    `popeval evolve` does by default with `~/.cache/popeval/xla`).
+    """
     env = {**os.environ, "WANDB_MODE": "disabled"}
     rows = []
     for r in range(repeats):
         with tempfile.TemporaryDirectory() as tmp:
-            run_dir = Path(tmp) / "run"
-            wall, _ = _run([sys.executable, "-m", "popeval", "evolve", "--config",
-                            "experiments/configs/cartpole.yaml", f"--run_dir={run_dir}",
-                            "--quiet", "--wandb=disabled", f"--num_generations={MAX_GENERATIONS}"], env)
-            result = json.loads((run_dir / "result.json").read_text())
-            import csv
-
-            with open(run_dir / "metrics.csv") as f:
-                rows_csv = list(csv.DictReader(f))
-            elapsed = [float(x["time/elapsed"]) for x in rows_csv]
-            per_gen = (elapsed[-1] - elapsed[0]) / max(len(elapsed) - 1, 1)
-            rows.append({"name": "popeval evolve (OpenAI-ES)", "repeat": r, "wall_seconds": wall,
-                         "generations": result["generations"], "solved": result["solved_at"] is not None,
-                         "seconds_per_generation": per_gen, "devices": result["devices"],
-                         "final_mean_policy_return": result["mean_policy_return"]})
+            env["POPEVAL_CACHE_DIR"] = str(Path(tmp) / "xla-cache")
+            rows.append(_popeval_row("popeval evolve (cold cache)", r, env, Path(tmp)))
+            rows.append(_popeval_row("popeval evolve (warm cache)", r, env, Path(tmp)))
         wall, out = _run([sys.executable, __file__, "--anchor"], env)
         anchor = json.loads(out.strip().splitlines()[-1])
         gen_s = anchor["generation_seconds"]
         rows.append({"name": "evosax Open_ES + gymnax RolloutWrapper", "repeat": r, "wall_seconds": wall,
                      "generations": anchor["generations"], "solved": anchor["solved"],
                      "seconds_per_generation": sum(gen_s[1:]) / max(len(gen_s) - 1, 1), "devices": 1,
-                     "final_mean_policy_return": None})
+                     "first_generation_seconds": gen_s[0], "final_mean_policy_return": None})
     return rows
+
+
+def format_table(rows: list[dict]) -> str:
+    lines = [f"{'':42s} {'wall s':>8s} {'gens':>5s} {'gen 1 s':>8s} {'s/gen':>7s} solved"]
+    for row in rows:
+        lines.append(f"{row['name']:42s} {row['wall_seconds']:8.2f} {row['generations']:5d} "
+                     f"{row['first_generation_seconds']:8.2f} {row['seconds_per_generation']:7.3f} {row['solved']}")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,10 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         _anchor()
         return 0
     rows = measure(args.repeats)
-    print(f"{'':42s} {'wall s':>8s} {'gens':>5s} {'s/gen':>7s} solved")
-    for row in rows:
-        print(f"{row['name']:42s} {row['wall_seconds']:8.2f} {row['generations']:5d} "
-              f"{row['seconds_per_generation']:7.3f} {row['solved']}")
+    print(format_table(rows))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(rows, indent=2))
     return 0

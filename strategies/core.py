@@ -42,8 +42,16 @@ __all__ = [
 # ------------------------------------------------------------------ fitness shaping
 def centered_rank(fitness: jax.Array) -> jax.Array:
     """Ranks mapped to [-0.5, 0.5] (best is 0.5); ties share their average rank."""
-    ranks = jax.scipy.stats.rankdata(fitness) - 1.0
-    return ranks / jnp.maximum(fitness.shape[-1] - 1, 1) - 0.5
+    n = fitness.shape[-1]
+    if n <= 4096:
+        # Pairwise counts: the same ranks as `rankdata` (exact small integers in float32),
+        # and a program XLA:CPU compiles in a fraction of a sort's time.
+        less = jnp.sum(fitness[None, :] < fitness[:, None], axis=-1)
+        equal = jnp.sum(fitness[None, :] == fitness[:, None], axis=-1)
+        ranks = less + (equal - 1) * 0.5
+    else:
+        ranks = jax.scipy.stats.rankdata(fitness) - 1.0
+    return ranks / jnp.maximum(n - 1, 1) - 0.5
 
 
 def z_score(fitness: jax.Array) -> jax.Array:

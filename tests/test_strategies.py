@@ -112,6 +112,17 @@ def test_fitness_shaping_functions():
         make_strategy("openai_es", 8, SOLUTION, fitness_shaping="rank")
 
 
+@pytest.mark.parametrize("n", [2, 5, 256, 4096, 4097])
+def test_centered_rank_equals_rankdata_with_ties(n):
+    """Small populations rank by pairwise counts, large ones by sorting: both equal scipy's
+    average-rank convention, bit for bit."""
+    rng = np.random.default_rng(n)
+    for fitness in (rng.normal(size=n), rng.integers(0, 4, size=n), np.zeros(n)):
+        fitness = jnp.asarray(fitness, jnp.float32)
+        expected = jax.jit(lambda f: (jax.scipy.stats.rankdata(f) - 1.0) / (n - 1) - 0.5)(fitness)
+        assert np.array_equal(np.asarray(jax.jit(centered_rank)(fitness)), np.asarray(expected))
+
+
 def test_shaping_is_applied_once_before_the_strategy():
     """z_score shaping == no shaping on z-scored fitness; with SGD the step is linear in it."""
     kw = dict(learning_rate=0.1, optimizer="sgd")

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CSVSink", "WandbSink", "plot_fitness", "wandb_mode"]
+__all__ = ["CSVSink", "WandbSink", "plot_fitness", "preload_plotting", "wandb_mode"]
 
 log = logging.getLogger("popeval")
 
@@ -61,11 +61,17 @@ class CSVSink:
             return list(csv.DictReader(f))
 
 
-def plot_fitness(csv_path: str | os.PathLike, png_path: str | os.PathLike, title: str = "") -> None:
-    """Draws max / mean / min fitness (and eval return) per generation into a PNG."""
+def preload_plotting() -> None:
+    """Imports matplotlib (Agg) ahead of `plot_fitness` (about a second), e.g. on a thread."""
     import matplotlib
 
     matplotlib.use("Agg")
+    import matplotlib.pyplot  # noqa: F401
+
+
+def plot_fitness(csv_path: str | os.PathLike, png_path: str | os.PathLike, title: str = "") -> None:
+    """Draws max / mean / min fitness (and eval return) per generation into a PNG."""
+    preload_plotting()
     import matplotlib.pyplot as plt
 
     rows = CSVSink(csv_path).rows()

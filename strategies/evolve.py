@@ -33,7 +33,7 @@ from flax import struct
 
 from popeval import checkpoint, normalization, sharding
 from popeval.environments import make
-from popeval.logging import CSVSink, WandbSink, plot_fitness
+from popeval.logging import CSVSink, WandbSink, plot_fitness, preload_plotting
 from popeval.policies import LSTMPolicy, MLPPolicy
 from popeval.rollout import RolloutWrapper
 
@@ -296,21 +296,22 @@ def evolve(config: EvolveConfig, *, progress: bool | None = None) -> dict:
         state = jax.tree.map(jnp.asarray, state)
     start_gen = int(meta["generation"])
     csv = CSVSink(run_dir / "metrics.csv", keep_until=start_gen if resuming else None)
-    wandb = WandbSink(config.wandb, config.wandb_project, run_dir, config.to_dict(),
-                      name=run_dir.name, resume_id=meta.get("wandb_id"))
-    meta["wandb_id"] = wandb.run_id or meta.get("wandb_id")
 
     step = sharding.Replicated(_generation_fn(run, config, devices), devices)
     seed = np.int32(config.seed)
     stacked, stacked_seed = step.replicate(state), step.replicate(seed)
-    # The evaluation program compiles on a second thread while generation 1 compiles on
-    # this one: XLA compiles on one core, and the run needs both programs.
+    # While generation 1 compiles on this thread (XLA compiles on one core), a second one
+    # starts W&B, compiles the evaluation program and imports matplotlib for the PNG.
     spec = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), state)  # strong types
     pool = ThreadPoolExecutor(1)
+    starting = pool.submit(WandbSink, config.wandb, config.wandb_project, run_dir, config.to_dict(),
+                           name=run_dir.name, resume_id=meta.get("wandb_id"))
     compiling = pool.submit(
         lambda: (_eval_fn(run, config).lower(spec.best_params, spec.obs_stats, seed, seed).compile(),
                  jax.jit(run.strategy.mean).lower(spec.strategy).compile()))
+    pool.submit(preload_plotting)
     pool.shutdown(wait=False)
+    wandb = None
     show = (not config.quiet and sys.stderr.isatty()) if progress is None else progress
     bar = None
     if show:
@@ -348,6 +349,9 @@ def evolve(config: EvolveConfig, *, progress: bool | None = None) -> dict:
             if solved and solved_at is None:
                 solved_at = {"generation": gen + 1, "seconds": metrics["time/elapsed"]}
             csv.log(metrics)
+            if wandb is None:
+                wandb = starting.result()
+                meta["wandb_id"] = wandb.run_id or meta.get("wandb_id")
             wandb.log(metrics, step=gen + 1)
             # What a checkpoint saves moves together, after the generation is logged.
             gen, stacked = gen + 1, new
@@ -368,7 +372,7 @@ def evolve(config: EvolveConfig, *, progress: bool | None = None) -> dict:
             state = step.first(stacked)
             save()
         plot_fitness(run_dir / "metrics.csv", run_dir / "fitness.png", f"{config.env_name} / {run.strategy.name}")
-        wandb.finish()
+        starting.result().finish()
 
     evaluate, mean_params = compiling.result()
     mean_returns = evaluate(mean_params(state.strategy), state.obs_stats, seed, np.int32(10**6))

@@ -180,10 +180,19 @@ def make_strategy(
         raise ValueError(f"{cls.__name__} takes no learning_rate")
     if "std_schedule" in sig:
         ctor["std_schedule"] = _std_schedule(1.0 if std_init is None else std_init, std_decay, std_min)
-    # Rank-weighted algorithms (CMA-ES and kin) keep evosax's weights; popeval shaping
-    # before them is monotone, so it never changes their ranking.
-    if sig.get("fitness_shaping_fn") is None or sig["fitness_shaping_fn"].default is not evosax_shaping.weights_fitness_shaping_fn:
-        ctor["fitness_shaping_fn"] = evosax_shaping.identity_fitness_shaping_fn
+    # evosax receives the raw (sanitised, negated) fitness, so that its best-solution
+    # tracking, which is the "mean" policy of population-based algorithms, follows returns;
+    # popeval's shaping runs inside evosax's shaping hook. Rank-weighted algorithms (CMA-ES
+    # and kin) keep evosax's weights after it (popeval's shaping is monotone: same ranks).
+    own = evosax_shaping.identity_fitness_shaping_fn
+    if "fitness_shaping_fn" in sig and sig["fitness_shaping_fn"].default is evosax_shaping.weights_fitness_shaping_fn:
+        own = evosax_shaping.weights_fitness_shaping_fn
+    shape = FITNESS_SHAPING[fitness_shaping]
+
+    def shaping_fn(population, fitness, state, params):
+        return own(population, -shape(-fitness), state, params)  # popeval shapes maximised values
+
+    ctor["fitness_shaping_fn"] = shaping_fn
     param_fields = {}
     for k, v in kwargs.items():
         if k in sig:
@@ -203,7 +212,6 @@ def make_strategy(
         )
     if param_fields:
         evo_params = evo_params.replace(**param_fields)
-    shape = FITNESS_SHAPING[fitness_shaping]
     population_based = "mean" not in inspect.signature(algo.init).parameters
 
     def init(key: jax.Array, mean_params: Any) -> StrategyState:
@@ -224,8 +232,7 @@ def make_strategy(
     def tell(state: StrategyState, population: Any, fitness: jax.Array):
         fitness, nonfinite = sanitize_fitness(jnp.asarray(fitness, jnp.float32))
         key, key_tell = jax.random.split(state.key)
-        shaped = shape(fitness)
-        evo_fitness = -shaped  # evosax minimises; popeval maximises returns.
+        evo_fitness = -fitness  # evosax minimises; popeval maximises returns.
         evo_state, _ = algo.tell(key_tell, population, evo_fitness, state.evo_state, state.evo_params)
         new = _strong(state.replace(evo_state=evo_state, key=key), like=state)
         return new, {"nonfinite/count": nonfinite}

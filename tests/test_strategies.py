@@ -112,6 +112,23 @@ def test_fitness_shaping_functions():
         make_strategy("openai_es", 8, SOLUTION, fitness_shaping="rank")
 
 
+@pytest.mark.parametrize("shaping", ["centered_rank", "z_score", "none"])
+def test_population_based_mean_is_the_best_member_seen_on_raw_fitness(shaping):
+    """SimpleGA's `mean` is evosax's best-so-far solution: it must follow the returns, not
+    the shaped values (with centred ranks every generation's best scores the same 0.5)."""
+    strategy = make_strategy("simple_ga", 16, SOLUTION, shaping, std_init=0.5)
+    ask, tell = jax.jit(strategy.ask), jax.jit(strategy.tell)
+    state = strategy.init(jax.random.key(0), SOLUTION)
+    best = -np.inf
+    for g in range(30):
+        population, state = ask(jax.random.key(g), state)
+        fitness = quadratic_fitness(population)
+        state, _ = tell(state, population, fitness)
+        best = max(best, float(fitness.max()))
+    mean_fitness = float(quadratic_fitness(jax.tree.map(lambda x: x[None], strategy.mean(state)))[0])
+    assert mean_fitness == best
+
+
 @pytest.mark.parametrize("n", [2, 5, 256, 4096, 4097])
 def test_centered_rank_equals_rankdata_with_ties(n):
     """Small populations rank by pairwise counts, large ones by sorting: both equal scipy's

@@ -2,7 +2,7 @@
 
     popeval evolve --config experiments/configs/cartpole.yaml [--key=value ...]
     popeval evolve --resume RUN_DIR
-    popeval eval RUN_DIR [--episodes 64] [--which best|mean]
+    popeval eval RUN_DIR [--episodes 64] [--which best|mean] [--num_env_steps=N --env_kwargs={...}]
     popeval list-envs
     popeval bench [benchmark arguments]
     popeval render RUN_DIR --out x.gif
@@ -66,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         if msg and args.command == "evolve":
             log.info(msg)
     try:
+        if extra and args.command not in ("evolve", "eval", "render", "bench"):
+            raise ValueError(f"unrecognised arguments: {' '.join(extra)}")
         return _COMMANDS[args.command](args, extra)
     except (ValueError, TypeError, FileNotFoundError) as e:
         print(f"popeval {args.command}: error: {e}", file=sys.stderr)
@@ -92,6 +94,7 @@ def _use_compilation_cache() -> str | None:
 
 def _evolve(args, extra) -> int:
     from popeval.strategies import evolve, load_config
+    from popeval.strategies.evolve import parse_overrides
 
     overrides = list(extra)
     if args.resume:
@@ -100,7 +103,7 @@ def _evolve(args, extra) -> int:
             raise ValueError(f"--resume {args.resume}: not a popeval run directory (no config.json)")
         base = json.loads(saved.read_text())
         base.update({"resume": args.resume})
-        config = load_config(args.config, {**base, **_overrides_dict(overrides)})
+        config = load_config(args.config, {**base, **parse_overrides(overrides)})
     else:
         if not args.config:
             raise ValueError("evolve needs --config (or --resume RUN_DIR)")
@@ -119,26 +122,13 @@ def _evolve(args, extra) -> int:
     return 0
 
 
-def _overrides_dict(items: list[str]) -> dict:
-    import yaml
-
-    out = {}
-    for item in items:
-        item = item[2:] if item.startswith("--") else item
-        if "=" not in item:
-            raise ValueError(f"override {item!r}: expected --key=value")
-        k, v = item.split("=", 1)
-        out[k.replace("-", "_")] = yaml.safe_load(v)
-    return out
-
-
 def _eval(args, extra) -> int:
     import jax
     import jax.numpy as jnp
 
     from popeval.strategies import load_policy
 
-    run, params, obs_stats = load_policy(args.run_dir, args.which)
+    run, params, obs_stats = load_policy(args.run_dir, args.which, extra)
     keys = jax.random.split(jax.random.key(args.seed), args.episodes)
     result = run.manager.population_fitness(keys, jax.tree.map(lambda x: x[None], params), obs_stats=obs_stats)
     returns = result.returns[0]
@@ -172,7 +162,7 @@ def _render(args, extra) -> int:
     from popeval.environments import rendering
     from popeval.strategies import load_policy
 
-    run, params, obs_stats = load_policy(args.run_dir, args.which)
+    run, params, obs_stats = load_policy(args.run_dir, args.which, extra)
     out = args.out or str(Path(args.run_dir) / "policy.gif")
     frames = rendering.render_policy(run.env, run.env_params, run.manager, params, obs_stats, seed=args.seed)
     rendering.save_gif(frames, out)

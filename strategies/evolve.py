@@ -115,6 +115,18 @@ def _check_type(name: str, value: Any, annotation: Any) -> Any:
     raise TypeError(f"config key {name!r}: expected {names}, got {value!r} ({type(value).__name__})")
 
 
+def parse_overrides(items: list[str]) -> dict:
+    """`["--key=value", "key2=value2"]` -> `{key: value}` (values in YAML syntax)."""
+    out = {}
+    for item in items:
+        item = item[2:] if item.startswith("--") else item
+        if "=" not in item:
+            raise ValueError(f"override {item!r}: expected key=value")
+        k, v = item.split("=", 1)
+        out[k.replace("-", "_")] = yaml.safe_load(v)
+    return out
+
+
 def load_config(path: str | os.PathLike | None = None, overrides: list[str] | dict | None = None) -> EvolveConfig:
     """Builds an `EvolveConfig` from a YAML file and `key=value` overrides (values in YAML syntax).
 
@@ -126,15 +138,7 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | di
         data = yaml.safe_load(Path(path).read_text()) or {}
         if not isinstance(data, dict):
             raise ValueError(f"{path}: a config file holds a mapping of keys to values")
-    if isinstance(overrides, dict):
-        data.update(overrides)
-    else:
-        for item in overrides or []:
-            item = item[2:] if item.startswith("--") else item
-            if "=" not in item:
-                raise ValueError(f"override {item!r}: expected key=value")
-            k, v = item.split("=", 1)
-            data[k.replace("-", "_")] = yaml.safe_load(v)
+    data.update(overrides if isinstance(overrides, dict) else parse_overrides(overrides or []))
     fields = {f.name for f in dataclasses.fields(EvolveConfig)}
     for k in data:
         if k not in fields:
@@ -396,10 +400,28 @@ def evolve(config: EvolveConfig, *, progress: bool | None = None) -> dict:
     return summary
 
 
-def load_policy(run_dir: str | os.PathLike, which: str = "best"):
-    """`(run, params, obs_stats)` of a saved run: its `best` or `mean` policy."""
+#: Config keys a saved policy may be evaluated with differently (they change no parameter shape).
+EVAL_OVERRIDES = ("env_kwargs", "num_env_steps")
+
+
+def load_policy(run_dir: str | os.PathLike, which: str = "best", overrides: list[str] | dict | None = None):
+    """`(run, params, obs_stats)` of a saved run: its `best` or `mean` policy.
+
+    `overrides` (`["--num_env_steps=20000", "--env_kwargs={}"]` or a dict) change how the
+    policy is evaluated: only the keys in `EVAL_OVERRIDES`.
+    """
     run_dir = Path(run_dir)
-    config = EvolveConfig(**{**json.loads((run_dir / "config.json").read_text()), "resume": None})
+    if which not in ("best", "mean"):
+        raise ValueError(f"which must be 'best' or 'mean', got {which!r}")
+    if not (run_dir / "config.json").is_file() or not checkpoint.exists(run_dir):
+        raise FileNotFoundError(f"{run_dir}: not a popeval run directory (config.json and a checkpoint)")
+    changes = overrides if isinstance(overrides, dict) else parse_overrides(overrides or [])
+    refused = sorted(set(changes) - set(EVAL_OVERRIDES))
+    if refused:
+        raise ValueError(f"cannot evaluate a saved policy with other {refused}; "
+                         f"only {list(EVAL_OVERRIDES)} may change")
+    saved = json.loads((run_dir / "config.json").read_text())
+    config = load_config(None, {**saved, "resume": None, **changes})
     run = build(config)
     state, _ = checkpoint.load(run_dir, _init_state(run, config))
     state = jax.tree.map(jnp.asarray, state)

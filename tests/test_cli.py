@@ -140,8 +140,9 @@ def test_list_envs(tmp_path):
         (["evolve", "--config", CARTPOLE, "--pop_size=7"], "pop_size must be even"),
         (["evolve", "--resume", "."], "not a popeval run directory"),
         (["eval", "."], "config.json"),
+        (["list-envs", "--verbose"], "unrecognised arguments: --verbose"),
     ],
-    ids=["no-config", "unknown-key", "odd-pop", "resume-not-a-run", "eval-not-a-run"],
+    ids=["no-config", "unknown-key", "odd-pop", "resume-not-a-run", "eval-not-a-run", "stray-argument"],
 )
 def test_errors_exit_2_with_a_message(tmp_path, args, message):
     (tmp_path / "notes.txt").write_text("not a run")

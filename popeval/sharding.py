@@ -74,7 +74,6 @@ class Replicated:
 
     def __init__(self, fn: Callable, devices: int):
         local = jax.local_devices()[:devices]
-        self.devices = devices
         # pmap needs one mapped argument: the device ids (unused by `fn`).
         self._ids = np.arange(devices)
         self._mapped = jax.pmap(lambda _, *args: fn(*args), axis_name=AXIS, devices=local)

@@ -304,8 +304,9 @@ def evolve(config: EvolveConfig, *, progress: bool | None = None) -> dict:
     step = sharding.Replicated(_generation_fn(run, config, devices), devices)
     seed = np.int32(config.seed)
     stacked, stacked_seed = step.replicate(state), step.replicate(seed)
-    # While generation 1 compiles on this thread (XLA compiles on one core), a second one
-    # starts W&B, compiles the evaluation program and imports matplotlib for the PNG.
+    # While generation 1 compiles on this thread, a second one starts W&B (mostly waiting on
+    # its service process), compiles the evaluation program and imports matplotlib. On a
+    # 2-core machine the two compilations share the cores, so only the waiting is hidden.
     spec = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), state)  # strong types
     pool = ThreadPoolExecutor(1)
     starting = pool.submit(WandbSink, config.wandb, config.wandb_project, run_dir, config.to_dict(),

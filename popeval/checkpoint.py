@@ -15,7 +15,7 @@ import jax
 import numpy as np
 from flax import serialization
 
-__all__ = ["save", "load", "exists", "CHECKPOINT", "META"]
+__all__ = ["save", "load", "load_meta", "exists", "CHECKPOINT", "META"]
 
 CHECKPOINT = "checkpoint.msgpack"
 META = "checkpoint.json"
@@ -52,10 +52,15 @@ def exists(run_dir: str | os.PathLike) -> bool:
     return (run_dir / CHECKPOINT).is_file() and (run_dir / META).is_file()
 
 
+def load_meta(run_dir: str | os.PathLike) -> dict:
+    """The metadata saved with the last checkpoint."""
+    return json.loads((Path(run_dir) / META).read_text())
+
+
 def load(run_dir: str | os.PathLike, template: Any) -> tuple[Any, dict]:
     """Restores `(state, meta)` into the structure of `template`."""
     run_dir = Path(run_dir)
-    meta = json.loads((run_dir / META).read_text())
+    meta = load_meta(run_dir)
     raw = serialization.from_bytes(_to_numpy(template), (run_dir / CHECKPOINT).read_bytes())
 
     def restore(t, x):

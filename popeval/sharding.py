@@ -22,6 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from popeval import compiler
+
 __all__ = ["AXIS", "use_all_cores", "num_devices", "local_slice", "gather_members", "Replicated"]
 
 #: Name of the device axis inside a sharded generation.
@@ -68,8 +70,9 @@ class Replicated:
 
     The state lives on the devices between calls as a stacked copy per device: `replicate`
     places a host pytree once, a call maps stacked inputs to stacked outputs (fed straight
-    back in, no copies), and `first` takes device 0's copy. Each of these is one compiled
-    program, so a loop of calls dispatches no small eager operations.
+    back in, no copies), and `first` copies device 0's copy to the host. A loop of calls
+    dispatches no small eager operations; `compile` can build the program from shapes alone
+    (on another thread, while the state is still being initialised).
     """
 
     def __init__(self, fn: Callable, devices: int):
@@ -77,20 +80,43 @@ class Replicated:
         # pmap needs one mapped argument: the device ids (unused by `fn`).
         self._ids = np.arange(devices)
         self._mapped = jax.pmap(lambda _, *args: fn(*args), axis_name=AXIS, devices=local)
-        stacked = NamedSharding(Mesh(np.array(local), (AXIS,)), PartitionSpec(AXIS))
-        self._replicate = jax.jit(
-            lambda tree: jax.tree.map(lambda x: jnp.broadcast_to(x, (devices,) + jnp.shape(x)), tree),
-            out_shardings=stacked)
-        self._first = jax.jit(lambda tree: jax.tree.map(lambda x: x[0], tree))
-        self._device0 = local[0]
+        self._devices = local
+        self._stacked = NamedSharding(Mesh(np.array(local), (AXIS,)), PartitionSpec(AXIS))
+        self._compiled = None
 
     def replicate(self, tree: Any) -> Any:
-        """A host (or single-device) pytree -> its stacked per-device copies."""
-        return self._replicate(tree)
+        """A host (or single-device) pytree -> its stacked per-device copies (copies only, no
+        compiled program)."""
+        def one(x):
+            key = jnp.issubdtype(jnp.result_type(x), jax.dtypes.prng_key)
+            host = np.asarray(jax.random.key_data(x) if key else x)[None]
+            parts = [jax.device_put(host, d) for d in self._devices]
+            out = jax.make_array_from_single_device_arrays((len(parts),) + host.shape[1:], self._stacked, parts)
+            return jax.random.wrap_key_data(out, impl=jax.random.key_impl(x)) if key else out
+
+        return jax.tree.map(one, tree)
+
+    def compile(self, *specs: Any) -> None:
+        """Compiles `fn` for arguments shaped like `specs` (one copy's shapes: arrays or
+        `jax.ShapeDtypeStruct`s), ahead of the first call; safe to run on another thread."""
+        stacked = jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct((len(self._ids),) + tuple(jnp.shape(x)), x.dtype), specs)
+        ids = jax.ShapeDtypeStruct(self._ids.shape, self._ids.dtype)
+        # Ahead of time, since pmap takes no compiler options.
+        self._compiled = self._mapped.lower(ids, *stacked).compile(compiler.options())
 
     def __call__(self, *stacked: Any) -> Any:
-        return self._mapped(self._ids, *stacked)
+        if self._compiled is None:
+            self.compile(*jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), stacked))
+        return self._compiled(self._ids, *stacked)
 
     def first(self, tree: Any) -> Any:
-        """Stacked copies -> device 0's copy (on device 0 alone, like an uncommitted array)."""
-        return jax.device_put(self._first(tree), self._device0)
+        """Stacked copies -> device 0's copy, as host arrays (no compiled program)."""
+        def one(x):
+            data = x.addressable_shards[0].data
+            if jnp.issubdtype(data.dtype, jax.dtypes.prng_key):
+                raw = np.asarray(jax.random.key_data(data))[0]
+                return jax.random.wrap_key_data(raw, impl=jax.random.key_impl(data))
+            return np.asarray(data)[0]
+
+        return jax.tree.map(one, tree)

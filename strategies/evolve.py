@@ -31,7 +31,7 @@ import numpy as np
 import yaml
 from flax import struct
 
-from popeval import checkpoint, normalization, sharding
+from popeval import checkpoint, compiler, normalization, sharding
 from popeval.environments import make
 from popeval.logging import CSVSink, WandbSink, plot_fitness, preload_plotting
 from popeval.policies import LSTMPolicy, MLPPolicy
@@ -167,11 +167,11 @@ class Run(typing.NamedTuple):
     policy: Any
     manager: RolloutWrapper
     strategy: Any
-    template: Any  # one policy's parameters
+    template: Any  # one policy's parameters as zeros (shapes and dtypes; values come from the seed)
 
 
 def build(config: EvolveConfig) -> Run:
-    """Environment, policy, rollout manager and strategy for a config."""
+    """Environment, policy, rollout manager and strategy for a config (nothing is compiled)."""
     env, env_params = make(config.env_name, **config.env_kwargs)
     if config.policy == "lstm":
         policy = LSTMPolicy.for_env(env, env_params, hidden_size=config.hidden_sizes[0])
@@ -185,24 +185,32 @@ def build(config: EvolveConfig) -> Run:
         init_carry=init_carry, common_random_numbers=config.common_random_numbers,
         obs_normalization=config.obs_normalization, compaction=config.compaction,
     )
-    template = policy.init_params(jax.random.key(config.seed), env, env_params)
+    shapes = jax.eval_shape(lambda k: policy.init_params(k, env, env_params), jax.random.key(0))
+    template = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes)
     strategy = make_strategy(config.strategy, config.pop_size, template, config.fitness_shaping,
                              **config.strategy_kwargs)
     return Run(env, env_params, policy, manager, strategy, template)
 
 
-def _init_state(run: Run, config: EvolveConfig) -> EvolveState:
+def _init_fn(run: Run, config: EvolveConfig):
+    """`init(seed) -> EvolveState`: the policy initialised from the seed is the strategy's mean."""
     def init(seed):
+        key = jax.random.key(seed)
+        params = run.policy.init_params(key, run.env, run.env_params)
         stats = normalization.init(run.manager.obs_shape) if config.obs_normalization else None
         return EvolveState(
-            strategy=run.strategy.init(jax.random.fold_in(jax.random.key(seed), 1), run.template),
+            strategy=run.strategy.init(jax.random.fold_in(key, 1), params),
             generation=jnp.int32(0),
-            best_params=run.template,
+            best_params=params,
             best_fitness=jnp.float32(-jnp.inf),
             obs_stats=stats,
         )
 
-    return jax.jit(init)(np.int32(config.seed))  # one program, not one per eager op
+    return init
+
+
+def _init_state(run: Run, config: EvolveConfig) -> EvolveState:
+    return compiler.jit(_init_fn(run, config))(np.int32(config.seed))  # one program, not one per eager op
 
 
 def _generation_fn(run: Run, config: EvolveConfig, devices: int):
@@ -255,16 +263,18 @@ def _generation_fn(run: Run, config: EvolveConfig, devices: int):
 
 
 def _eval_fn(run: Run, config: EvolveConfig):
-    """Returns of one policy over `eval_episodes` episodes; episode `index` picks the keys."""
-    manager = run.manager
+    """`evaluate(strategy_state, best_params, obs_stats, seed, index) -> returns (2, E)`: the
+    strategy's mean policy (row 0) and the best policy (row 1) on the same `eval_episodes`
+    episodes; `index` picks them."""
+    manager, episodes = run.manager, config.eval_episodes
 
-    def evaluate(params, obs_stats, seed, index):
+    def evaluate(strategy_state, best_params, obs_stats, seed, index):
         key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), 3), index)
-        keys = jax.random.split(key, config.eval_episodes)
-        result = manager.population_fitness(keys, jax.tree.map(lambda x: x[None], params), obs_stats=obs_stats)
-        return result.returns[0]
+        keys = jnp.broadcast_to(jax.random.split(key, episodes), (2, episodes))
+        both = jax.tree.map(lambda m, b: jnp.stack([m, b]), run.strategy.mean(strategy_state), best_params)
+        return manager.population_fitness(keys, both, obs_stats=obs_stats).returns
 
-    return jax.jit(evaluate)
+    return compiler.jit(evaluate)
 
 
 def _prepare_run_dir(config: EvolveConfig) -> tuple[Path, bool]:
@@ -293,29 +303,31 @@ def evolve(config: EvolveConfig, *, progress: bool | None = None) -> dict:
     run = build(config)  # a bad config fails here, before the run directory is touched
     run_dir, resuming = _prepare_run_dir(config)
     devices = sharding.num_devices()
-    state = _init_state(run, config)
+    seed = np.int32(config.seed)
+    init = _init_fn(run, config)
+    step = sharding.Replicated(_generation_fn(run, config, devices), devices)
+    evaluate = _eval_fn(run, config)
+    spec = jax.eval_shape(init, seed)
     meta: dict = {"generation": 0, "env_steps": 0, "wandb_id": None, "solved_at": None}
     if resuming:
-        state, meta = checkpoint.load(run_dir, state)
-        state = jax.tree.map(jnp.asarray, state)
-    start_gen = int(meta["generation"])
-    csv = CSVSink(run_dir / "metrics.csv", keep_until=start_gen if resuming else None)
-
-    step = sharding.Replicated(_generation_fn(run, config, devices), devices)
-    seed = np.int32(config.seed)
-    stacked, stacked_seed = step.replicate(state), step.replicate(seed)
-    # While generation 1 compiles on this thread, a second one starts W&B (mostly waiting on
-    # its service process), compiles the evaluation program and imports matplotlib. On a
-    # 2-core machine the two compilations share the cores, so only the waiting is hidden.
-    spec = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), state)  # strong types
-    pool = ThreadPoolExecutor(1)
+        meta = checkpoint.load_meta(run_dir)
+    # While this thread initialises the state, one helper compiles the generation program
+    # from shapes; the other starts W&B (mostly waiting on its service process), compiles the
+    # evaluation program and imports matplotlib. (XLA compiles on every core, so on a small
+    # machine the overlap mainly hides tracing, which is Python, and waiting.)
+    pool = ThreadPoolExecutor(2)
+    compiling = pool.submit(step.compile, spec, seed)
     starting = pool.submit(WandbSink, config.wandb, config.wandb_project, run_dir, config.to_dict(),
                            name=run_dir.name, resume_id=meta.get("wandb_id"))
-    compiling = pool.submit(
-        lambda: (_eval_fn(run, config).lower(spec.best_params, spec.obs_stats, seed, seed).compile(),
-                 jax.jit(run.strategy.mean).lower(spec.strategy).compile()))
+    pool.submit(lambda: evaluate.lower(spec.strategy, spec.best_params, spec.obs_stats, seed, seed).compile())
     pool.submit(preload_plotting)
     pool.shutdown(wait=False)
+    state = compiler.jit(init)(seed)
+    if resuming:
+        state, _ = checkpoint.load(run_dir, state)
+    start_gen = int(meta["generation"])
+    csv = CSVSink(run_dir / "metrics.csv", keep_until=start_gen if resuming else None)
+    stacked, stacked_seed = step.replicate(state), step.replicate(seed)
     wandb = None
     show = (not config.quiet and sys.stderr.isatty()) if progress is None else progress
     bar = None
@@ -325,6 +337,7 @@ def evolve(config: EvolveConfig, *, progress: bool | None = None) -> dict:
         bar = tqdm(total=config.num_generations, initial=start_gen, desc=config.env_name, unit="gen")
     log.info("run %s: %s on %s, pop %d x %d rollouts, %d device(s)%s", run_dir, run.strategy.name,
              config.env_name, config.pop_size, config.num_rollouts, devices, " (resumed)" if resuming else "")
+    compiling.result()
 
     def save():
         checkpoint.save(run_dir, state, meta)
@@ -342,12 +355,11 @@ def evolve(config: EvolveConfig, *, progress: bool | None = None) -> dict:
             gen_steps = int(metrics.pop("steps/generation"))
             metrics.update({"generation": gen + 1, "steps/env_total": meta["env_steps"] + gen_steps,
                             "steps/per_second": gen_steps / max(dt, 1e-9)})
-            metrics["eval/return"] = math.nan
+            metrics["eval/return"] = metrics["eval/best_return"] = math.nan
             if (gen + 1) % config.eval_every == 0 or gen + 1 == config.num_generations:
                 state = step.first(new)
-                evaluate, mean_params = compiling.result()
-                returns = evaluate(mean_params(state.strategy), state.obs_stats, seed, np.int32(gen + 1))
-                metrics["eval/return"] = float(np.mean(returns))
+                returns = evaluate(state.strategy, state.best_params, state.obs_stats, seed, np.int32(gen + 1))
+                metrics["eval/return"], metrics["eval/best_return"] = np.asarray(returns).mean(axis=1).tolist()
             metrics["time/elapsed"] = time.perf_counter() - t_start
             solved = config.target is not None and metrics["fitness/mean"] >= config.target
             solved_at = meta.get("solved_at")
@@ -379,16 +391,15 @@ def evolve(config: EvolveConfig, *, progress: bool | None = None) -> dict:
         plot_fitness(run_dir / "metrics.csv", run_dir / "fitness.png", f"{config.env_name} / {run.strategy.name}")
         starting.result().finish()
 
-    evaluate, mean_params = compiling.result()
-    mean_returns = evaluate(mean_params(state.strategy), state.obs_stats, seed, np.int32(10**6))
-    best_returns = evaluate(state.best_params, state.obs_stats, seed, np.int32(10**6))
+    mean_returns, best_returns = np.asarray(
+        evaluate(state.strategy, state.best_params, state.obs_stats, seed, np.int32(10**6)))
     summary = {
         "env_name": config.env_name,
         "strategy": run.strategy.name,
         "generations": gen,
         "env_steps": meta["env_steps"],
-        "mean_policy_return": float(jnp.mean(mean_returns)),
-        "best_policy_return": float(jnp.mean(best_returns)),
+        "mean_policy_return": float(np.mean(mean_returns)),
+        "best_policy_return": float(np.mean(best_returns)),
         "eval_episodes": config.eval_episodes,
         "best_fitness": float(state.best_fitness),
         "solved_at": meta.get("solved_at"),
@@ -425,6 +436,5 @@ def load_policy(run_dir: str | os.PathLike, which: str = "best", overrides: list
     config = load_config(None, {**saved, "resume": None, **changes})
     run = build(config)
     state, _ = checkpoint.load(run_dir, _init_state(run, config))
-    state = jax.tree.map(jnp.asarray, state)
     params = state.best_params if which == "best" else run.strategy.mean(state.strategy)
     return run, params, state.obs_stats

@@ -1,7 +1,5 @@
 """`python -m popeval ...`: see `popeval.cli`."""
 
-import sys
+from popeval.cli import run
 
-from popeval.cli import main
-
-sys.exit(main())
+run()

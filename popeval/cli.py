@@ -74,6 +74,23 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def run() -> None:
+    """The `popeval` command and `python -m popeval`: `main()`, then a quick exit.
+
+    By then everything popeval writes is closed (run files and checkpoints are written and
+    closed as they go; a W&B run is finished, and its service is torn down here), so the
+    interpreter's own teardown of JAX, XLA and the imported libraries (~0.5 s on a 2-core
+    machine) is skipped.
+    """
+    code = main()
+    if "wandb" in sys.modules:
+        sys.modules["wandb"].teardown()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def _use_compilation_cache() -> str | None:
     """Keeps compiled XLA programs on disk (JAX's persistent compilation cache), so that a
     second run of a config (another seed included: it is an argument of the programs) skips

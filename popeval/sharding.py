@@ -71,7 +71,7 @@ class Replicated:
     The state lives on the devices between calls as a stacked copy per device: `replicate`
     places a host pytree once, a call maps stacked inputs to stacked outputs (fed straight
     back in, no copies), and `first` copies device 0's copy to the host. A loop of calls
-    dispatches no small eager operations; `compile` can build the program from shapes alone
+    dispatches no small eager operations; `lower` and `compile` build the program from shapes alone
     (on another thread, while the state is still being initialised).
     """
 
@@ -96,18 +96,20 @@ class Replicated:
 
         return jax.tree.map(one, tree)
 
-    def compile(self, *specs: Any) -> None:
-        """Compiles `fn` for arguments shaped like `specs` (one copy's shapes: arrays or
-        `jax.ShapeDtypeStruct`s), ahead of the first call; safe to run on another thread."""
+    def lower(self, *specs: Any) -> Any:
+        """Traces and lowers `fn` for arguments shaped like `specs` (one copy's shapes: arrays
+        or `jax.ShapeDtypeStruct`s); `compile` the result. Safe to run on another thread."""
         stacked = jax.tree.map(
             lambda x: jax.ShapeDtypeStruct((len(self._ids),) + tuple(jnp.shape(x)), x.dtype), specs)
-        ids = jax.ShapeDtypeStruct(self._ids.shape, self._ids.dtype)
-        # Ahead of time, since pmap takes no compiler options.
-        self._compiled = self._mapped.lower(ids, *stacked).compile(compiler.options())
+        return self._mapped.lower(jax.ShapeDtypeStruct(self._ids.shape, self._ids.dtype), *stacked)
+
+    def compile(self, lowered: Any) -> None:
+        """Compiles `lower`'s result ahead of the first call (pmap itself takes no compiler options)."""
+        self._compiled = lowered.compile(compiler.options())
 
     def __call__(self, *stacked: Any) -> Any:
         if self._compiled is None:
-            self.compile(*jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), stacked))
+            self.compile(self.lower(*jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), stacked)))
         return self._compiled(self._ids, *stacked)
 
     def first(self, tree: Any) -> Any:

@@ -19,6 +19,7 @@ import logging
 import math
 import os
 import sys
+import threading
 import time
 import typing
 from concurrent.futures import ThreadPoolExecutor
@@ -307,20 +308,35 @@ def evolve(config: EvolveConfig, *, progress: bool | None = None) -> dict:
     init = _init_fn(run, config)
     step = sharding.Replicated(_generation_fn(run, config, devices), devices)
     evaluate = _eval_fn(run, config)
-    spec = jax.eval_shape(init, seed)
+    spec = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), jax.eval_shape(init, seed))
     meta: dict = {"generation": 0, "env_steps": 0, "wandb_id": None, "solved_at": None}
     if resuming:
         meta = checkpoint.load_meta(run_dir)
-    # While this thread initialises the state, one helper compiles the generation program
-    # from shapes; the other starts W&B (mostly waiting on its service process), compiles the
-    # evaluation program and imports matplotlib. (XLA compiles on every core, so on a small
-    # machine the overlap mainly hides tracing, which is Python, and waiting.)
+    # While this thread initialises the state, two helpers trace and compile the generation
+    # program from shapes, start W&B (mostly waiting on its service process) and, once the
+    # generation program is traced (tracing is Python: one thread at a time), compile the
+    # evaluation program and import matplotlib. XLA compiles on every core, so on a small
+    # machine the overlap mainly hides Python and waiting.
+    traced = threading.Event()
+
+    def compile_generation():
+        try:
+            lowered = step.lower(spec, seed)
+        finally:
+            traced.set()
+        step.compile(lowered)
+
+    def compile_evaluation():
+        traced.wait()
+        compiled = evaluate.lower(spec.strategy, spec.best_params, spec.obs_stats, seed, seed).compile()
+        preload_plotting()
+        return compiled
+
     pool = ThreadPoolExecutor(2)
-    compiling = pool.submit(step.compile, spec, seed)
+    compiling = pool.submit(compile_generation)
     starting = pool.submit(WandbSink, config.wandb, config.wandb_project, run_dir, config.to_dict(),
                            name=run_dir.name, resume_id=meta.get("wandb_id"))
-    pool.submit(lambda: evaluate.lower(spec.strategy, spec.best_params, spec.obs_stats, seed, seed).compile())
-    pool.submit(preload_plotting)
+    evaluating = pool.submit(compile_evaluation)
     pool.shutdown(wait=False)
     state = compiler.jit(init)(seed)
     if resuming:
@@ -337,19 +353,24 @@ def evolve(config: EvolveConfig, *, progress: bool | None = None) -> dict:
         bar = tqdm(total=config.num_generations, initial=start_gen, desc=config.env_name, unit="gen")
     log.info("run %s: %s on %s, pop %d x %d rollouts, %d device(s)%s", run_dir, run.strategy.name,
              config.env_name, config.pop_size, config.num_rollouts, devices, " (resumed)" if resuming else "")
-    compiling.result()
 
     def save():
         checkpoint.save(run_dir, state, meta)
 
     compile_time = None
     gen = start_gen
+    t0 = time.perf_counter()
+    compiling.result()
+    # Generation g+1 is dispatched before generation g's metrics are fetched, so logging and
+    # checkpointing overlap the devices' work. A run that stops early drops one generation.
+    pending = step(stacked, stacked_seed) if gen < config.num_generations else None
     try:
-        while gen < config.num_generations:
-            t0 = time.perf_counter()
-            new, metrics = step(stacked, stacked_seed)
+        while pending is not None:
+            new, metrics = pending
+            pending = step(new, stacked_seed) if gen + 1 < config.num_generations else None
             metrics = {k: v[0].item() for k, v in jax.device_get(metrics).items()}
             dt = time.perf_counter() - t0
+            t0 += dt
             if compile_time is None:
                 compile_time = dt
             gen_steps = int(metrics.pop("steps/generation"))
@@ -358,7 +379,8 @@ def evolve(config: EvolveConfig, *, progress: bool | None = None) -> dict:
             metrics["eval/return"] = metrics["eval/best_return"] = math.nan
             if (gen + 1) % config.eval_every == 0 or gen + 1 == config.num_generations:
                 state = step.first(new)
-                returns = evaluate(state.strategy, state.best_params, state.obs_stats, seed, np.int32(gen + 1))
+                returns = evaluating.result()(state.strategy, state.best_params, state.obs_stats, seed,
+                                              np.int32(gen + 1))
                 metrics["eval/return"], metrics["eval/best_return"] = np.asarray(returns).mean(axis=1).tolist()
             metrics["time/elapsed"] = time.perf_counter() - t_start
             solved = config.target is not None and metrics["fitness/mean"] >= config.target
@@ -392,7 +414,7 @@ def evolve(config: EvolveConfig, *, progress: bool | None = None) -> dict:
         starting.result().finish()
 
     mean_returns, best_returns = np.asarray(
-        evaluate(state.strategy, state.best_params, state.obs_stats, seed, np.int32(10**6)))
+        evaluating.result()(state.strategy, state.best_params, state.obs_stats, seed, np.int32(10**6)))
     summary = {
         "env_name": config.env_name,
         "strategy": run.strategy.name,

@@ -7,6 +7,7 @@ Compares, each in a fresh Python process on the same machine:
     gymnax's `RolloutWrapper.population_rollout`, in the loop evosax's examples use.
 
     python experiments/time_to_solve.py [--repeats 1] [--out bench_results/time_to_solve.json]
+    python experiments/time_to_solve.py --compile-options [--repeats 2]   # XLA's default vs popeval's options
 
 Reported: wall seconds from process start until the process exits after reaching the target
 (so popeval's figure includes its final 64-episode evaluation and the PNG), generations, the
@@ -27,6 +28,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_GENERATIONS = 200
@@ -114,6 +117,57 @@ def measure(repeats: int = 1) -> list[dict]:
     return rows
 
 
+def compile_options(repeats: int = 1, generations: int = 40) -> list[dict]:
+    """CartPole's generation program (the shipped config, one device per core) compiled with
+    XLA's default options and with popeval's (`popeval.compiler.options()`), in this process:
+    wall and process-CPU seconds of the XLA compilation, seconds per generation over
+    `generations` generations from the same initial state, and whether all programs give the
+    same fitness curve bit for bit. `repeats` alternates the two."""
+    import resource
+
+    from popeval import compiler, sharding
+
+    sharding.use_all_cores()
+    import jax
+
+    from popeval.strategies.evolve import _generation_fn, _init_fn, build, load_config
+
+    def cpu():
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+
+    config = load_config(ROOT / "experiments" / "configs" / "cartpole.yaml")
+    run, devices, seed = build(config), sharding.num_devices(), np.int32(config.seed)
+    state = jax.jit(_init_fn(run, config))(seed)
+    rows, curves = [], []
+    for name, options in [("XLA default", {}), ("popeval", compiler.options())] * repeats:
+        step = sharding.Replicated(_generation_fn(run, config, devices), devices)
+        lowered = step.lower(state, seed)
+        t0, c0 = time.perf_counter(), cpu()
+        step.compile(lowered, options)
+        compile_s, compile_cpu_s = time.perf_counter() - t0, cpu() - c0
+        stacked, stacked_seed = step.replicate(state), step.replicate(seed)
+        curve, t0 = [], time.perf_counter()
+        for _ in range(generations):
+            stacked, metrics = step(stacked, stacked_seed)
+            curve.append(float(metrics["fitness/mean"][0]))
+        curves.append(curve)
+        rows.append({"name": name, "options": options, "devices": devices, "compile_s": compile_s,
+                     "compile_cpu_s": compile_cpu_s, "seconds_per_generation": (time.perf_counter() - t0) / generations,
+                     "final_fitness_mean": curve[-1]})
+    for row in rows:
+        row["same_fitness_curve"] = all(c == curves[0] for c in curves)
+    return rows
+
+
+def format_options_table(rows: list[dict]) -> str:
+    lines = [f"{'generation program':22s} {'compile s':>9s} {'cpu s':>6s} {'s/gen':>7s} same fitness"]
+    for r in rows:
+        lines.append(f"{r['name']:22s} {r['compile_s']:9.2f} {r['compile_cpu_s']:6.2f} "
+                     f"{r['seconds_per_generation']:7.3f} {r['same_fitness_curve']}")
+    return "\n".join(lines)
+
+
 def format_table(rows: list[dict]) -> str:
     lines = [f"{'':42s} {'wall s':>8s} {'gens':>5s} {'gen 1 s':>8s} {'s/gen':>7s} solved"]
     for row in rows:
@@ -127,9 +181,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--anchor", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--out", default="bench_results/time_to_solve.json")
+    ap.add_argument("--compile-options", action="store_true",
+                    help="instead: CartPole's generation program at XLA's default options and at popeval's")
     args = ap.parse_args(argv)
     if args.anchor:
         _anchor()
+        return 0
+    if args.compile_options:
+        rows = compile_options(args.repeats)
+        print(format_options_table(rows))
+        out = Path(args.out).with_name("compile_options.json")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(rows, indent=2))
         return 0
     rows = measure(args.repeats)
     print(format_table(rows))

@@ -1,13 +1,15 @@
-"""How popeval compiles its programs: `jit` with popeval's XLA options.
+"""How popeval compiles the programs of its evolve loop: `jit` with popeval's XLA options.
 
-On CPUs popeval compiles with LLVM optimisation level 1 instead of XLA's default 3. Rollout
-programs are loops over many small fused kernels; measured on a 2-core x86 machine
-(`experiments/benchmark.py --compile-options`), level 1 compiles them in 35-55% less time and
-runs them as fast or faster (CartPole's evolve generation: 3.1 -> 1.6 s to compile, 0.08 ->
-0.06 s per generation), with the same results in the tested cases (the optimisation level is
-not a floating-point contract; programs are only guaranteed identical to themselves at one
-level). Other backends keep their defaults. A level set in `XLA_FLAGS`
-(`--xla_backend_optimization_level=N`) wins over popeval's.
+On CPUs these programs are compiled with LLVM optimisation level 1 instead of XLA's default
+3. They are loops over many small fused kernels, which level 3 optimises at length for little
+or no gain: CartPole's generation program (`python experiments/time_to_solve.py
+--compile-options --repeats 2`, 2-core x86 machine) compiled in 1.4-1.7 s (2.4-2.8 CPU s)
+instead of 2.1-2.8 s (3.8-4.8 CPU s) and ran 0.057-0.058 s per generation instead of
+0.063-0.082, with a bit-identical fitness curve. The optimisation level is no floating-point
+contract, so a program is only guaranteed to reproduce itself at one level: the rollout
+methods of `RolloutWrapper`, which users compile themselves, keep XLA's defaults (level 1
+made the fitness and trajectory paths of Reacher differ in the last bit). Other backends keep their
+defaults; a level set in `XLA_FLAGS` (`--xla_backend_optimization_level=N`) wins.
 """
 
 from __future__ import annotations

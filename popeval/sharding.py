@@ -103,9 +103,10 @@ class Replicated:
             lambda x: jax.ShapeDtypeStruct((len(self._ids),) + tuple(jnp.shape(x)), x.dtype), specs)
         return self._mapped.lower(jax.ShapeDtypeStruct(self._ids.shape, self._ids.dtype), *stacked)
 
-    def compile(self, lowered: Any) -> None:
-        """Compiles `lower`'s result ahead of the first call (pmap itself takes no compiler options)."""
-        self._compiled = lowered.compile(compiler.options())
+    def compile(self, lowered: Any, options: dict | None = None) -> None:
+        """Compiles `lower`'s result ahead of the first call with XLA `options` (default:
+        `popeval.compiler.options()`; pmap itself takes no compiler options)."""
+        self._compiled = lowered.compile(compiler.options() if options is None else options)
 
     def __call__(self, *stacked: Any) -> Any:
         if self._compiled is None:

@@ -67,6 +67,8 @@ def test_shipped_cartpole_config_reaches_its_target(solved):
     assert len(means) <= 50
     assert summary["solved_at"]["generation"] == len(means) == summary["generations"]
     assert json.loads((run_dir / "result.json").read_text()) == summary
+    # The loop computes one generation ahead; the checkpoint holds the solved generation's state.
+    assert json.loads((run_dir / "checkpoint.json").read_text())["generation"] == summary["generations"]
 
 
 def without_timing(tree):

@@ -166,6 +166,9 @@ def test_metrics_csv_and_plot(base_run):
     assert np.all(f["steps/per_second"] > 0)
     evaluated = ~np.isnan(f["eval/return"])
     assert evaluated.tolist() == [False, True] * 3  # eval_every=2
+    best = np.array([float(r["eval/best_return"]) for r in rows])
+    assert (~np.isnan(best)).tolist() == evaluated.tolist()
+    assert np.all((best[evaluated] >= 1) & (best[evaluated] <= 50))
     assert run_dir.joinpath("fitness.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with Image.open(run_dir / "fitness.png") as image:
         image.verify()

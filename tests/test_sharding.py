@@ -112,3 +112,29 @@ def test_checkpoint_identical_across_device_counts(runs, name):
                 np.testing.assert_allclose(other[k], reference[k], rtol=1e-6, atol=0, err_msg=f"{k}, {n} devices")
             else:
                 np.testing.assert_array_equal(other[k], reference[k], err_msg=f"{k}, {n} devices")
+
+
+def test_replicated_state_round_trips_through_the_devices():
+    """`replicate` -> a call -> `first` keeps every leaf (typed PRNG keys included) exactly."""
+    import jax
+
+    from popeval import sharding
+
+    step = sharding.Replicated(lambda tree, seed: (tree, {"seed": seed}), jax.local_device_count())
+    tree = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "n": np.int32(7), "key": jax.random.key(5)}
+    out, metrics = step(step.replicate(tree), step.replicate(np.int32(3)))
+    back = step.first(out)
+    np.testing.assert_array_equal(back["w"], tree["w"])
+    assert back["n"] == 7 and back["n"].dtype == np.int32
+    np.testing.assert_array_equal(jax.random.key_data(back["key"]), jax.random.key_data(tree["key"]))
+    assert np.asarray(metrics["seed"]).tolist() == [3] * jax.local_device_count()
+
+
+def test_compiler_options_on_cpu_and_an_xla_flags_override():
+    script = "from popeval import compiler; print(compiler.options())"
+    env = {**{k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}, "JAX_PLATFORMS": "cpu"}
+    default = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
+    assert default.stdout.strip() == "{'xla_backend_optimization_level': 1}", default.stderr
+    env["XLA_FLAGS"] = "--xla_backend_optimization_level=3"
+    chosen = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
+    assert chosen.stdout.strip() == "{}", chosen.stderr

@@ -360,11 +360,11 @@ def evolve(config: EvolveConfig, *, progress: bool | None = None) -> dict:
     compile_time = None
     gen = start_gen
     t0 = time.perf_counter()
-    compiling.result()
-    # Generation g+1 is dispatched before generation g's metrics are fetched, so logging and
-    # checkpointing overlap the devices' work. A run that stops early drops one generation.
-    pending = step(stacked, stacked_seed) if gen < config.num_generations else None
     try:
+        compiling.result()
+        # Generation g+1 is dispatched before generation g's metrics are fetched, so logging and
+        # checkpointing overlap the devices' work. A run that stops early drops one generation.
+        pending = step(stacked, stacked_seed) if gen < config.num_generations else None
         while pending is not None:
             new, metrics = pending
             pending = step(new, stacked_seed) if gen + 1 < config.num_generations else None

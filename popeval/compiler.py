@@ -1,4 +1,4 @@
-"""How popeval compiles the programs of its evolve loop: `jit` with popeval's XLA options.
+"""The XLA options popeval compiles its evolve loop's programs with (`Lowered.compile(options())`).
 
 On CPUs these programs are compiled with LLVM optimisation level 1 instead of XLA's default
 3. They are loops over many small fused kernels, which level 3 optimises at length for little
@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any, Callable
+from typing import Any
 
 import jax
 
-__all__ = ["options", "jit"]
+__all__ = ["options", "CPU_OPTIONS"]
 
 #: popeval's XLA options on CPU backends.
 CPU_OPTIONS = {"xla_backend_optimization_level": 1}
@@ -36,9 +36,3 @@ def options() -> dict[str, Any]:
     if "xla_backend_optimization_level" in os.environ.get("XLA_FLAGS", "") or not _cpu_default():
         return {}
     return dict(CPU_OPTIONS)
-
-
-def jit(fn: Callable, **kwargs: Any) -> Callable:
-    """`jax.jit(fn, **kwargs)` compiled with `options()`: for top-level programs only (JAX
-    refuses compiler options on a jit nested in another trace)."""
-    return jax.jit(fn, compiler_options=options(), **kwargs)

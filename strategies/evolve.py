@@ -211,7 +211,8 @@ def _init_fn(run: Run, config: EvolveConfig):
 
 
 def _init_state(run: Run, config: EvolveConfig) -> EvolveState:
-    return compiler.jit(_init_fn(run, config))(np.int32(config.seed))  # one program, not one per eager op
+    seed = np.int32(config.seed)  # one program, not one per eager op:
+    return jax.jit(_init_fn(run, config)).lower(seed).compile(compiler.options())(seed)
 
 
 def _generation_fn(run: Run, config: EvolveConfig, devices: int):
@@ -275,7 +276,7 @@ def _eval_fn(run: Run, config: EvolveConfig):
         both = jax.tree.map(lambda m, b: jnp.stack([m, b]), run.strategy.mean(strategy_state), best_params)
         return manager.population_fitness(keys, both, obs_stats=obs_stats).returns
 
-    return compiler.jit(evaluate)
+    return jax.jit(evaluate)  # compiled by the caller, with `compiler.options()`
 
 
 def _prepare_run_dir(config: EvolveConfig) -> tuple[Path, bool]:
@@ -305,10 +306,9 @@ def evolve(config: EvolveConfig, *, progress: bool | None = None) -> dict:
     run_dir, resuming = _prepare_run_dir(config)
     devices = sharding.num_devices()
     seed = np.int32(config.seed)
-    init = _init_fn(run, config)
     step = sharding.Replicated(_generation_fn(run, config, devices), devices)
     evaluate = _eval_fn(run, config)
-    spec = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), jax.eval_shape(init, seed))
+    spec = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), jax.eval_shape(_init_fn(run, config), seed))
     meta: dict = {"generation": 0, "env_steps": 0, "wandb_id": None, "solved_at": None}
     if resuming:
         meta = checkpoint.load_meta(run_dir)
@@ -328,7 +328,8 @@ def evolve(config: EvolveConfig, *, progress: bool | None = None) -> dict:
 
     def compile_evaluation():
         traced.wait()
-        compiled = evaluate.lower(spec.strategy, spec.best_params, spec.obs_stats, seed, seed).compile()
+        lowered = evaluate.lower(spec.strategy, spec.best_params, spec.obs_stats, seed, seed)
+        compiled = lowered.compile(compiler.options())
         preload_plotting()
         return compiled
 
@@ -338,7 +339,7 @@ def evolve(config: EvolveConfig, *, progress: bool | None = None) -> dict:
                            name=run_dir.name, resume_id=meta.get("wandb_id"))
     evaluating = pool.submit(compile_evaluation)
     pool.shutdown(wait=False)
-    state = compiler.jit(init)(seed)
+    state = _init_state(run, config)
     if resuming:
         state, _ = checkpoint.load(run_dir, state)
     start_gen = int(meta["generation"])

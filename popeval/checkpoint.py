@@ -2,6 +2,12 @@
 
 No pickles: a checkpoint restores into a template pytree built by a fresh run with the same
 config, so it is portable across machines and JAX versions that keep the same structure.
+
+`checkpoint.msgpack` is the one commit point: it holds the state together with the progress
+counters a resumption needs (`generation`, `env_steps`), so a process killed between writing
+it and `checkpoint.json` (the full metadata, also for people and tools) still resumes
+consistently. Checkpoints written before the counters moved in (state alone in the msgpack)
+still load.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import jax
 import numpy as np
 from flax import serialization
 
-__all__ = ["save", "load", "load_meta", "exists", "CHECKPOINT", "META"]
+__all__ = ["save", "load", "load_meta", "exists", "CHECKPOINT", "META", "PROGRESS"]
 
 CHECKPOINT = "checkpoint.msgpack"
 META = "checkpoint.json"
@@ -39,11 +45,16 @@ def _to_numpy(tree: Any) -> Any:
     return jax.tree.map(lambda x: np.asarray(jax.random.key_data(x) if _is_key(x) else jax.device_get(x)), tree)
 
 
+#: Metadata fields stored inside `checkpoint.msgpack` with the state (deterministic counters).
+PROGRESS = ("generation", "env_steps")
+
+
 def save(run_dir: str | os.PathLike, state: Any, meta: dict) -> None:
     """Writes `state` and `meta` (JSON-serialisable) to `run_dir`; a crash leaves the old ones."""
     run_dir = Path(run_dir)
-    state = _to_numpy(state)
-    _atomic_write(run_dir / CHECKPOINT, serialization.to_bytes(state))
+    payload = {"state": serialization.to_state_dict(_to_numpy(state)),
+               "progress": {k: int(meta[k]) for k in PROGRESS}}
+    _atomic_write(run_dir / CHECKPOINT, serialization.msgpack_serialize(payload))
     _atomic_write(run_dir / META, json.dumps(meta, indent=2, sort_keys=True).encode())
 
 
@@ -52,16 +63,26 @@ def exists(run_dir: str | os.PathLike) -> bool:
     return (run_dir / CHECKPOINT).is_file() and (run_dir / META).is_file()
 
 
+def _read(run_dir: Path) -> tuple[Any, dict]:
+    """`(state dict, meta)`: the counters of the msgpack win over a `checkpoint.json` that a
+    kill left one checkpoint behind."""
+    raw = serialization.msgpack_restore((run_dir / CHECKPOINT).read_bytes())
+    meta = json.loads((run_dir / META).read_text())
+    if isinstance(raw, dict) and set(raw) == {"state", "progress"}:
+        meta.update({k: int(v) for k, v in raw["progress"].items()})
+        return raw["state"], meta
+    return raw, meta  # the older layout: the state alone
+
+
 def load_meta(run_dir: str | os.PathLike) -> dict:
-    """The metadata saved with the last checkpoint."""
-    return json.loads((Path(run_dir) / META).read_text())
+    """The metadata of the last checkpoint."""
+    return _read(Path(run_dir))[1]
 
 
 def load(run_dir: str | os.PathLike, template: Any) -> tuple[Any, dict]:
     """Restores `(state, meta)` into the structure of `template`."""
-    run_dir = Path(run_dir)
-    meta = load_meta(run_dir)
-    raw = serialization.from_bytes(_to_numpy(template), (run_dir / CHECKPOINT).read_bytes())
+    state_dict, meta = _read(Path(run_dir))
+    raw = serialization.from_state_dict(_to_numpy(template), state_dict)
 
     def restore(t, x):
         if _is_key(t):

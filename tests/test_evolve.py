@@ -177,6 +177,22 @@ def test_metrics_csv_and_plot(base_run):
     assert result["generations"] == 6 and result["env_steps"] == int(f["steps/env_total"][-1])
 
 
+def test_a_kill_between_the_two_checkpoint_files_resumes_consistently(tmp_path):
+    """`checkpoint.msgpack` is the commit point: with a `checkpoint.json` one checkpoint behind
+    (a kill between the two atomic writes), the state's own counters win."""
+    from popeval import checkpoint
+
+    state = {"w": np.arange(3, dtype=np.float32), "generation": np.int32(6)}
+    checkpoint.save(tmp_path, {**state, "generation": np.int32(4)},
+                    {"generation": 4, "env_steps": 400, "wandb_id": "abc", "solved_at": None})
+    stale = (tmp_path / "checkpoint.json").read_bytes()
+    checkpoint.save(tmp_path, state, {"generation": 6, "env_steps": 600, "wandb_id": "abc", "solved_at": None})
+    (tmp_path / "checkpoint.json").write_bytes(stale)
+    restored, meta = checkpoint.load(tmp_path, {"w": np.zeros(3, np.float32), "generation": np.int32(0)})
+    assert meta == {"generation": 6, "env_steps": 600, "wandb_id": "abc", "solved_at": None}
+    assert int(restored["generation"]) == 6 and checkpoint.load_meta(tmp_path) == meta
+
+
 # ------------------------------------------------------------------ bad input
 def test_invalid_configs_raise_and_write_nothing(tmp_path):
     run_dir = tmp_path / "run"

@@ -94,7 +94,7 @@ def test_metrics_identical_across_device_counts(runs, name):
 @pytest.mark.parametrize("name", CONFIGS)
 def test_checkpoint_identical_across_device_counts(runs, name):
     def arrays(n):
-        return flatten(serialization.msgpack_restore((runs[n] / name / "checkpoint.msgpack").read_bytes()))
+        return flatten(serialization.msgpack_restore((runs[n] / name / "checkpoint.msgpack").read_bytes())["state"])
 
     reference = arrays(1)
     if CONFIGS[name].get("obs_normalization"):

@@ -71,8 +71,8 @@ class Replicated:
     The state lives on the devices between calls as a stacked copy per device: `replicate`
     places a host pytree once, a call maps stacked inputs to stacked outputs (fed straight
     back in, no copies), and `first` copies device 0's copy to the host. A loop of calls
-    dispatches no small eager operations; `lower` and `compile` build the program from shapes alone
-    (on another thread, while the state is still being initialised).
+    dispatches no small eager operations; `lower` and `compile` build the program from shapes
+    alone (on another thread, while the state is still being initialised).
     """
 
     def __init__(self, fn: Callable, devices: int):

@@ -160,20 +160,29 @@ def compile_options(repeats: int = 1, generations: int = 40) -> list[dict]:
     return rows
 
 
-def format_options_table(rows: list[dict]) -> str:
-    lines = [f"{'generation program':22s} {'compile s':>9s} {'cpu s':>6s} {'s/gen':>7s} same fitness"]
-    for r in rows:
-        lines.append(f"{r['name']:22s} {r['compile_s']:9.2f} {r['compile_cpu_s']:6.2f} "
-                     f"{r['seconds_per_generation']:7.3f} {r['same_fitness_curve']}")
+def _table(rows: list[dict], first: tuple[str, int], columns: list[tuple[str, str, str]]) -> str:
+    """Rows as text: `first` = (header, width) of the name column; `columns` = (header, key,
+    format spec) each."""
+    widths = [max(len(h), 5) for h, _, _ in columns]
+    lines = [" ".join([f"{first[0]:{first[1]}s}"] + [f"{h:>{w}s}" for (h, _, _), w in zip(columns, widths)])]
+    for row in rows:
+        cells = [f"{str(row[k]) if isinstance(row[k], bool) else format(row[k], spec):>{w}s}"
+                 for (_, k, spec), w in zip(columns, widths)]
+        lines.append(" ".join([f"{row['name']:{first[1]}s}"] + cells))
     return "\n".join(lines)
+
+
+def format_options_table(rows: list[dict]) -> str:
+    return _table(rows, ("generation program", 22), [
+        ("compile s", "compile_s", ".2f"), ("cpu s", "compile_cpu_s", ".2f"),
+        ("s/gen", "seconds_per_generation", ".3f"), ("same fitness", "same_fitness_curve", "")])
 
 
 def format_table(rows: list[dict]) -> str:
-    lines = [f"{'':42s} {'wall s':>8s} {'gens':>5s} {'gen 1 s':>8s} {'s/gen':>7s} solved"]
-    for row in rows:
-        lines.append(f"{row['name']:42s} {row['wall_seconds']:8.2f} {row['generations']:5d} "
-                     f"{row['first_generation_seconds']:8.2f} {row['seconds_per_generation']:7.3f} {row['solved']}")
-    return "\n".join(lines)
+    return _table(rows, ("", 42), [
+        ("wall s", "wall_seconds", ".2f"), ("gens", "generations", "d"),
+        ("gen 1 s", "first_generation_seconds", ".2f"), ("s/gen", "seconds_per_generation", ".3f"),
+        ("solved", "solved", "")])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -130,7 +130,8 @@ def compile_options(repeats: int = 1, generations: int = 40) -> list[dict]:
     sharding.use_all_cores()
     import jax
 
-    from popeval.strategies.evolve import _generation_fn, _init_fn, build, load_config
+    from popeval.strategies import load_config
+    from popeval.strategies.programs import build, generation_fn, init_fn
 
     def cpu():
         usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -138,10 +139,10 @@ def compile_options(repeats: int = 1, generations: int = 40) -> list[dict]:
 
     config = load_config(ROOT / "experiments" / "configs" / "cartpole.yaml")
     run, devices, seed = build(config), sharding.num_devices(), np.int32(config.seed)
-    state = jax.jit(_init_fn(run, config))(seed)
+    state = jax.jit(init_fn(run, config))(seed)
     rows, curves = [], []
     for name, options in [("XLA default", {}), ("popeval", compiler.options())] * repeats:
-        step = sharding.Replicated(_generation_fn(run, config, devices), devices)
+        step = sharding.Replicated(generation_fn(run, config, devices), devices)
         lowered = step.lower(state, seed)
         t0, c0 = time.perf_counter(), cpu()
         step.compile(lowered, options)

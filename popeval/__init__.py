@@ -12,8 +12,11 @@ from popeval.rollout import FitnessResult, RolloutWrapper
 __version__ = "0.1.0"
 
 
+_STRATEGIES = {"evolve", "EvolveConfig", "RunOptions", "openai_es", "cma_es", "make_strategy", "load_config"}
+
+
 def __getattr__(name):  # strategies are loaded on first use (evosax import is not free)
-    if name in {"evolve", "EvolveConfig", "openai_es", "cma_es", "make_strategy", "load_config"}:
+    if name in _STRATEGIES:
         from popeval import strategies
 
         return getattr(strategies, name)
@@ -22,5 +25,5 @@ def __getattr__(name):  # strategies are loaded on first use (evosax import is n
 
 __all__ = [
     "make", "registered_envs", "RolloutWrapper", "FitnessResult", "MLPPolicy", "LSTMPolicy",
-    "ParamReshaper", "evolve", "EvolveConfig", "openai_es", "cma_es", "make_strategy", "load_config",
+    "ParamReshaper", "evolve", "EvolveConfig", "RunOptions", "openai_es", "cma_es", "make_strategy", "load_config",
 ]

@@ -1,16 +1,17 @@
 """The `popeval` command line (also `python -m popeval`).
 
-    popeval evolve --config experiments/configs/cartpole.yaml [--key=value ...]
-    popeval evolve --resume RUN_DIR
+    popeval evolve --config experiments/configs/cartpole.yaml [--run_dir RUN] [--key=value ...]
+    popeval evolve --resume RUN_DIR [--num_generations=N]
     popeval eval RUN_DIR [--episodes 64] [--which best|mean] [--num_env_steps=N --env_kwargs={...}]
     popeval list-envs
     popeval bench [benchmark arguments]
     popeval render RUN_DIR --out x.gif
 
-This is the application layer: it imports `popeval.strategies` lazily, and on a CPU machine
-it gives JAX one device per core before any JAX backend starts (unless the user set a count)
-and keeps compiled programs in a persistent cache (`POPEVAL_CACHE_DIR`, see
-`_use_compilation_cache`).
+This is the application layer, and the only place that changes process-wide state: on a CPU
+machine it gives JAX one device per core before any JAX backend starts (unless the user set a
+count), keeps compiled programs in a persistent cache (`POPEVAL_CACHE_DIR`, see
+`_use_compilation_cache`), silences W&B's console output (`WANDB_SILENT`, unless set) and
+skips the interpreter's teardown (`run`). It imports `popeval.strategies` lazily.
 """
 
 from __future__ import annotations
@@ -32,16 +33,19 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     e = sub.add_parser("evolve", help="evolve a controller from a YAML config")
     e.add_argument("--config", help="YAML config (experiments/configs/*.yaml)")
+    e.add_argument("--run_dir", "--run-dir", help="the new run's directory (default runs/<env>-...)")
     e.add_argument("--resume", help="continue the run in this directory")
     e.add_argument("--quiet", action="store_true", help="no progress bar")
-    e.add_argument("--wandb", choices=["auto", "disabled", "offline", "online"])
+    e.add_argument("--wandb", choices=["auto", "disabled", "offline", "online"], default="auto",
+                   help="W&B mode (auto: online with an API key, else offline)")
+    e.add_argument("--wandb_project", "--wandb-project", default="popeval")
     v = sub.add_parser("eval", help="returns of a saved controller")
     v.add_argument("run_dir")
     v.add_argument("--episodes", type=int, default=64)
     v.add_argument("--which", choices=["best", "mean"], default="best")
     v.add_argument("--seed", type=int, default=12345)
     sub.add_parser("list-envs", help="registered environment ids")
-    b = sub.add_parser("bench", help="run experiments/benchmark.py", add_help=False)
+    b = sub.add_parser("bench", help="the population-evaluation benchmark (popeval.benchmark)", add_help=False)
     b.add_argument("args", nargs=argparse.REMAINDER)
     r = sub.add_parser("render", help="GIF of a saved controller")
     r.add_argument("run_dir")
@@ -110,31 +114,19 @@ def _use_compilation_cache() -> str | None:
 
 
 def _evolve(args, extra) -> int:
-    from popeval.strategies import evolve, load_config
-    from popeval.strategies.evolve import parse_overrides
+    from popeval.strategies import RunOptions, evolve, load_config, parse_overrides
+    from popeval.strategies.run_dir import read_config
 
-    overrides = list(extra)
-    if args.resume:
-        saved = Path(args.resume) / "config.json"
-        if not saved.is_file():
-            raise ValueError(f"--resume {args.resume}: not a popeval run directory (no config.json)")
-        base = json.loads(saved.read_text())
-        base.update({"resume": args.resume})
-        config = load_config(args.config, {**base, **parse_overrides(overrides)})
+    os.environ.setdefault("WANDB_SILENT", "true")
+    options = RunOptions(run_dir=args.run_dir, resume=args.resume, wandb=args.wandb,
+                         wandb_project=args.wandb_project, progress=False if args.quiet else None)
+    if args.config:
+        config = load_config(args.config, extra)
+    elif args.resume:
+        config = read_config(args.resume, parse_overrides(extra))
     else:
-        if not args.config:
-            raise ValueError("evolve needs --config (or --resume RUN_DIR)")
-        config = load_config(args.config, overrides)
-    updates = {}
-    if args.quiet:
-        updates["quiet"] = True
-    if args.wandb:
-        updates["wandb"] = args.wandb
-    if updates:
-        import dataclasses
-
-        config = dataclasses.replace(config, **updates)
-    summary = evolve(config)
+        raise ValueError("evolve needs --config (or --resume RUN_DIR)")
+    summary = evolve(config, options)
     print(json.dumps(summary, indent=2))
     return 0
 
@@ -164,25 +156,19 @@ def _list_envs(args, extra) -> int:
 
 
 def _bench(args, extra) -> int:
-    import importlib.util
+    from popeval import benchmark
 
-    path = Path(__file__).resolve().parent.parent / "experiments" / "benchmark.py"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found (the benchmark ships with the source tree)")
-    spec = importlib.util.spec_from_file_location("popeval_benchmark", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return int(module.main(list(args.args) + list(extra)) or 0)
+    return int(benchmark.main(list(args.args) + list(extra)) or 0)
 
 
 def _render(args, extra) -> int:
-    from popeval.environments import rendering
+    from popeval import visualize
     from popeval.strategies import load_policy
 
     run, params, obs_stats = load_policy(args.run_dir, args.which, extra)
     out = args.out or str(Path(args.run_dir) / "policy.gif")
-    frames = rendering.render_policy(run.env, run.env_params, run.manager, params, obs_stats, seed=args.seed)
-    rendering.save_gif(frames, out)
+    frames = visualize.render_policy(run.manager, params, obs_stats=obs_stats, seed=args.seed)
+    visualize.save_gif(frames, out)
     print(out)
     return 0
 

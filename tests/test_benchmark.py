@@ -1,12 +1,12 @@
-"""`experiments/benchmark.py --quick` runs and writes the JSON it documents (no speed asserts)."""
+"""`popeval bench --quick` (= `experiments/benchmark.py --quick`) runs and writes the JSON it
+documents (no speed asserts)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
-BENCHMARK = Path(__file__).resolve().parent.parent / "experiments" / "benchmark.py"
+
 ROW_KEYS = {"env", "pop_size", "num_rollouts", "num_env_steps", "impl", "compile_s", "time_s", "times_s",
             "mem_bytes", "env_steps", "steps_per_s", "speedup_vs_gymnax"}
 MEMORY_KEYS = {"env", "pop_size", "num_rollouts", "num_env_steps", "target_mb", "fitness_xla_mb",
@@ -16,10 +16,9 @@ MEMORY_KEYS = {"env", "pop_size", "num_rollouts", "num_env_steps", "target_mb", 
 
 
 def load_benchmark():
-    spec = importlib.util.spec_from_file_location("popeval_benchmark", BENCHMARK)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from popeval import benchmark
+
+    return benchmark
 
 
 def test_quick_benchmark_writes_json(tmp_path, capsys):

@@ -15,7 +15,9 @@ import jax
 import numpy as np
 import pytest
 
-from popeval.strategies import EvolveConfig, load_policy
+from popeval import keys
+from popeval.strategies import load_policy
+from popeval.strategies.run_dir import read_config
 
 REPO = Path(__file__).resolve().parents[1]
 CONTROLLERS = sorted(p for p in (REPO / "experiments" / "controllers").iterdir() if p.is_dir())
@@ -34,11 +36,10 @@ def test_shipped_controller_reproduces_its_recorded_returns(path):
     recorded = json.loads((path / "result.json").read_text())
     for which, key in (("mean", "mean_policy_return"), ("best", "best_policy_return")):
         run, params, obs_stats = load_policy(path, which)
-        config = EvolveConfig(**{**json.loads((path / "config.json").read_text()), "resume": None})
-        # The episodes of the run's own final evaluation (`_eval_fn`: index 10**6).
-        episodes = jax.random.fold_in(jax.random.fold_in(jax.random.key(config.seed), 3), 10**6)
-        keys = jax.random.split(episodes, config.eval_episodes)[None]
-        returns = run.manager.population_fitness(keys, jax.tree.map(lambda x: x[None], params),
+        config = read_config(path)
+        # The episodes of the run's own final evaluation.
+        episodes = keys.evaluation_keys(config.seed, keys.FINAL_EVALUATION, config.eval_episodes)[None]
+        returns = run.manager.population_fitness(episodes, jax.tree.map(lambda x: x[None], params),
                                                  obs_stats=obs_stats).returns
         # The same program on the same kind of CPU gives the same episodes; allow for another
         # CPU's rounding (a diverging episode or two of the 64).

@@ -7,7 +7,6 @@ command line: it SIGKILLs a run mid-way and resumes it.
 from __future__ import annotations
 
 import csv
-import importlib
 import json
 import logging
 import os
@@ -25,15 +24,13 @@ import yaml
 from flax import serialization
 from PIL import Image
 
-from popeval.strategies import EvolveConfig, evolve, load_config
-
-evolve_module = importlib.import_module("popeval.strategies.evolve")  # the module, not the function
+from popeval.strategies import EvolveConfig, RunOptions, evolve, load_config
 
 TINY = dict(
     env_name="CartPole-v1", env_kwargs={"max_steps_in_episode": 50}, pop_size=8, num_rollouts=2,
     num_generations=4, hidden_sizes=[8], eval_every=2, eval_episodes=4, checkpoint_every=2,
-    quiet=True, wandb="disabled",
 )
+QUIET = dict(wandb="disabled", progress=False)
 REQUIRED_COLUMNS = ["fitness/max", "fitness/mean", "fitness/min", "fitness/std", "best/fitness",
                     "eval/return", "steps/env_total", "steps/per_second", "nonfinite/count"]
 #: Columns that depend on wall time, not on the computation.
@@ -84,23 +81,28 @@ class _Warnings(logging.Handler):
         self.messages.append(record.getMessage())
 
 
+class _Recorder:
+    """A sink that keeps what the loop tells it."""
+
+    def __init__(self):
+        self.calls: list[tuple] = []
+
+    def start(self, info):
+        self.calls.append(("start", info.start_generation, info.num_generations))
+
+    def log(self, step, metrics):
+        self.calls.append(("log", step, metrics["generation"]))
+
+    def close(self):
+        self.calls.append(("close",))
+
+
 @pytest.fixture(scope="module")
 def base_run(tmp_path_factory):
     """4 generations with `wandb.init` raising (W&B failure), then resumed to 6 generations with
-    W&B offline; the generation program's traces are counted in both."""
+    W&B offline."""
     run_dir = tmp_path_factory.mktemp("evolve") / "run"
     wandb_dir = tmp_path_factory.mktemp("wandb")
-    traces: list[int] = []
-    original = evolve_module._generation_fn
-
-    def counting(run, config, devices):
-        generation = original(run, config, devices)
-
-        def traced(state, seed):
-            traces[-1] += 1  # Python runs only while JAX traces
-            return generation(state, seed)
-
-        return traced
 
     def broken_init(*args, **kwargs):
         raise RuntimeError("no network")
@@ -110,31 +112,68 @@ def base_run(tmp_path_factory):
     logger.addHandler(warnings)
     try:
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(evolve_module, "_generation_fn", counting)
             for var in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR"):
                 mp.setenv(var, str(wandb_dir))
             mp.setenv("WANDB_MODE", "offline")
             mp.setenv("WANDB_SILENT", "true")
             with mp.context() as failing:
                 failing.setattr(wandb, "init", broken_init)
-                traces.append(0)
-                first = evolve(EvolveConfig(**{**TINY, "run_dir": str(run_dir), "wandb": "online"}))
+                first = evolve(EvolveConfig(**TINY), RunOptions(run_dir=str(run_dir), wandb="online", progress=False))
             first_warnings = list(warnings.messages)
             rows_before = read_metrics(run_dir)
-            traces.append(0)
-            resumed = evolve(EvolveConfig(**{**TINY, "num_generations": 6, "resume": str(run_dir),
-                                             "wandb": "offline"}))
+            resumed = evolve(EvolveConfig(**{**TINY, "num_generations": 6}),
+                             RunOptions(resume=str(run_dir), wandb="offline", progress=False))
     finally:
         logger.removeHandler(warnings)
-    return dict(run_dir=run_dir, first=first, resumed=resumed, traces=traces,
-                first_warnings=first_warnings, rows_before=rows_before)
+    return dict(run_dir=run_dir, first=first, resumed=resumed, first_warnings=first_warnings,
+                rows_before=rows_before)
 
 
-def test_generation_is_traced_once_including_restored_state(base_run):
-    """Several generations, and a resumed run whose state came from a checkpoint: one trace each
-    (the state round trip keeps its exact types)."""
+def test_restored_state_has_the_compiled_programs_types(base_run):
+    """The generation program is compiled once, ahead of time, for the initial state's types; a
+    restored state must match them exactly (shape, dtype, weak type), or it could not be fed
+    back (the resumed run above ran with it)."""
+    import jax
+
+    from popeval import checkpoint
+    from popeval.strategies import build
+    from popeval.strategies.programs import init_fn, init_state
+
     assert base_run["first"]["generations"] == 4 and base_run["resumed"]["generations"] == 6
-    assert base_run["traces"] == [1, 1]
+    config = EvolveConfig(**TINY)
+    run = build(config)
+    restored, meta = checkpoint.load(base_run["run_dir"], init_state(run, config))
+    expected = jax.eval_shape(init_fn(run, config), np.int32(0))
+    avals = lambda tree: jax.tree.map(lambda x: jax.typeof(x) if hasattr(jax, "typeof") else jax.core.get_aval(x), tree)  # noqa: E731
+    assert avals(restored) == avals(expected)
+    assert meta["generation"] == 6
+
+
+def test_the_loop_starts_logs_and_closes_the_sinks_it_is_given(tmp_path):
+    recorder = _Recorder()
+    evolve(EvolveConfig(**{**TINY, "num_generations": 3}), RunOptions(run_dir=str(tmp_path / "r")),
+           sinks=[recorder])
+    assert recorder.calls == [("start", 0, 3), ("log", 1, 1), ("log", 2, 2), ("log", 3, 3), ("close",)]
+    assert not (tmp_path / "r" / "metrics.csv").exists()  # no sink, no CSV
+
+
+def test_sinks_are_closed_when_the_run_fails(tmp_path):
+    class Failing(_Recorder):
+        def log(self, step, metrics):
+            super().log(step, metrics)
+            raise RuntimeError("disk full")
+
+    failing = Failing()
+    with pytest.raises(RuntimeError, match="disk full"):
+        evolve(EvolveConfig(**TINY), RunOptions(run_dir=str(tmp_path / "r")), sinks=[failing])
+    assert failing.calls[-1] == ("close",)
+    assert threading_helpers_alive() == []
+
+
+def threading_helpers_alive() -> list[str]:
+    import threading
+
+    return [t.name for t in threading.enumerate() if t.name.startswith("popeval-startup")]
 
 
 def test_wandb_failure_warns_once_and_the_run_completes(base_run):
@@ -199,7 +238,7 @@ def test_invalid_configs_raise_and_write_nothing(tmp_path):
     for bad, match in [({"strategy": "cma_ess"}, "CMA_ES"), ({"env_name": "CartPol-v1"}, "CartPole-v1"),
                        ({"pop_size": 7}, "even")]:
         with pytest.raises(ValueError, match=match):
-            evolve(EvolveConfig(**{**TINY, **bad, "run_dir": str(run_dir)}))
+            evolve(EvolveConfig(**{**TINY, **bad}), RunOptions(run_dir=str(run_dir), **QUIET))
         assert not run_dir.exists() or not any(run_dir.iterdir()), bad
     with pytest.raises(ValueError, match="pop_size must be >= 2"):
         EvolveConfig(**{**TINY, "pop_size": 1})
@@ -225,7 +264,7 @@ def test_resume_from_a_directory_that_is_not_a_run(tmp_path):
     (tmp_path / "notes.txt").write_text("not a run")
     before = snapshot(tmp_path)
     with pytest.raises(ValueError, match="not a popeval run"):
-        evolve(EvolveConfig(**{**TINY, "resume": str(tmp_path)}))
+        evolve(EvolveConfig(**TINY), RunOptions(resume=str(tmp_path), **QUIET))
     assert snapshot(tmp_path) == before
 
 
@@ -233,9 +272,9 @@ def test_resume_with_another_config_and_reuse_of_a_run_dir_modify_nothing(base_r
     run_dir = base_run["run_dir"]
     before = snapshot(run_dir)
     with pytest.raises(ValueError, match="pop_size"):
-        evolve(EvolveConfig(**{**TINY, "pop_size": 16, "resume": str(run_dir)}))
+        evolve(EvolveConfig(**{**TINY, "pop_size": 16}), RunOptions(resume=str(run_dir), **QUIET))
     with pytest.raises(ValueError, match="not empty"):
-        evolve(EvolveConfig(**{**TINY, "run_dir": str(run_dir)}))
+        evolve(EvolveConfig(**TINY), RunOptions(run_dir=str(run_dir), **QUIET))
     assert snapshot(run_dir) == before
 
 
@@ -287,3 +326,38 @@ def test_killed_run_resumes_exactly(tmp_path):
     a, b = (json.loads((d / "result.json").read_text()) for d in (run_dir, tmp_path / "full"))
     for k in ("generations", "env_steps", "best_fitness", "mean_policy_return", "best_policy_return"):
         assert a[k] == b[k], k
+
+
+# ------------------------------------------------------------------ experiment vs run
+def test_run_directory_saves_only_the_experiment_and_reads_older_configs(base_run, tmp_path):
+    from popeval.strategies.run_dir import read_config
+
+    saved = json.loads((base_run["run_dir"] / "config.json").read_text())
+    assert set(saved) == set(EvolveConfig().to_dict())  # no run_dir, resume, wandb, quiet
+    assert str(base_run["run_dir"]) not in json.dumps(saved)
+    # popeval 0.1 saved run-control keys with the experiment: they are ignored on load.
+    legacy = {**saved, "run_dir": "/elsewhere/run", "resume": None, "wandb": "disabled",
+              "wandb_project": "popeval", "quiet": True, "budget": "about 1 minute"}
+    (tmp_path / "config.json").write_text(json.dumps(legacy))
+    assert read_config(tmp_path) == read_config(base_run["run_dir"])
+
+
+def test_run_options_and_lstm_sizes_are_checked():
+    with pytest.raises(ValueError, match="wandb must be"):
+        RunOptions(wandb="sometimes")
+    with pytest.raises(ValueError, match="either run_dir"):
+        RunOptions(run_dir="a", resume="b")
+    with pytest.raises(ValueError, match="one hidden size"):
+        EvolveConfig(policy="lstm", hidden_sizes=(8, 8))
+
+
+def test_resume_with_another_yaml_is_refused(base_run, tmp_path):
+    """`--resume RUN --config other.yaml` compares the YAML with the saved experiment."""
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump({**TINY, "pop_size": 16}))
+    before = snapshot(base_run["run_dir"])
+    proc = popeval_cli(["evolve", "--resume", str(base_run["run_dir"]), "--config", str(other), "--quiet"],
+                       tmp_path)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 2 and "differs in ['pop_size']" in out, out
+    assert snapshot(base_run["run_dir"]) == before

@@ -26,7 +26,6 @@ DEVICE_COUNTS = (1, 2, 4)
 TINY = dict(
     env_kwargs={"max_steps_in_episode": 50}, pop_size=10, num_rollouts=2,
     num_generations=4, hidden_sizes=[8], eval_every=2, eval_episodes=4, checkpoint_every=2,
-    quiet=True, wandb="disabled",
 )
 CONFIGS = {
     "openai_es": {**TINY, "env_name": "Pendulum-v1", "strategy": "openai_es"},
@@ -38,9 +37,9 @@ RESULT_KEYS = ("generations", "env_steps", "best_fitness", "mean_policy_return",
 
 SCRIPT = textwrap.dedent("""
     import json, sys
-    from popeval.strategies import EvolveConfig, evolve
+    from popeval.strategies import EvolveConfig, RunOptions, evolve
     for name, config in json.loads(sys.argv[1]).items():
-        evolve(EvolveConfig(**config, run_dir=name))
+        evolve(EvolveConfig(**config), RunOptions(run_dir=name, wandb="disabled", progress=False))
 """)
 
 

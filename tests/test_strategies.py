@@ -197,7 +197,7 @@ def test_unknown_strategy_names_close_matches():
     with pytest.raises(ValueError, match="Unknown strategy 'CMA_ESS'") as info:
         make_strategy("CMA_ESS", 8, SOLUTION)
     suggestion = str(info.value).split("Known")[0]
-    assert re.search(r"Did you mean .*'CMA_ES'", suggestion), str(info.value)
+    assert re.search(r"did you mean .*'CMA_ES'", suggestion), str(info.value)
     # Aliases and spellings resolve to evosax's classes.
     assert make_strategy("sep-cma-es", 8, SOLUTION).name == "Sep_CMA_ES"
     assert openai_es(8, SOLUTION).name == "Open_ES" and cma_es(8, SOLUTION).name == "CMA_ES"
@@ -212,3 +212,28 @@ def test_bad_population_sizes_and_hyperparameters_raise():
     cma_es(7, SOLUTION)  # odd is fine without antithetic sampling
     with pytest.raises(ValueError, match="no_such_field"):
         make_strategy("cma_es", 8, SOLUTION, no_such_field=1.0)
+
+
+def test_constructor_table_matches_the_installed_evosax():
+    """popeval says in one table what each evosax constructor takes (evosax's public API does
+    not); the table must agree with evosax's signatures and default shaping."""
+    import inspect
+
+    from evosax import algorithms
+    from evosax.core import fitness_shaping
+
+    from popeval.strategies import strategy
+
+    base = {"self", "population_size", "solution", "fitness_shaping_fn", "metrics_fn"}
+    single_mean = {n: c for n, c in algorithms.algorithms.items() if not n.startswith("SV_")}
+    assert set(strategy._CONSTRUCTOR) == set(single_mean)
+    for name, cls in single_mean.items():
+        sig = inspect.signature(cls.__init__).parameters
+        assert strategy._CONSTRUCTOR[name] == tuple(k for k in sig if k not in base), name
+        weighted = sig["fitness_shaping_fn"].default is fitness_shaping.weights_fitness_shaping_fn
+        assert (name in strategy._WEIGHTED) == weighted, name
+
+
+def test_multi_population_strategies_are_refused_clearly():
+    with pytest.raises(ValueError, match="not supported"):
+        make_strategy("SV_Open_ES", 8, SOLUTION)

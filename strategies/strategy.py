@@ -13,74 +13,21 @@ popeval's maximisation to evosax's minimisation.
 
 from __future__ import annotations
 
-import difflib
-import inspect
 from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
+from jax.flatten_util import ravel_pytree
 from evosax import algorithms as evosax_algorithms
 from evosax.core import fitness_shaping as evosax_shaping
 from flax import struct
 
-__all__ = [
-    "Strategy",
-    "StrategyState",
-    "FITNESS_SHAPING",
-    "centered_rank",
-    "z_score",
-    "identity",
-    "sanitize_fitness",
-    "make_strategy",
-    "openai_es",
-    "cma_es",
-    "strategy_names",
-]
+from popeval.environments.registry import did_you_mean
 
+from .shaping import FITNESS_SHAPING, sanitize_fitness
 
-# ------------------------------------------------------------------ fitness shaping
-def centered_rank(fitness: jax.Array) -> jax.Array:
-    """Ranks mapped to [-0.5, 0.5] (best is 0.5); ties share their average rank."""
-    n = fitness.shape[-1]
-    if n <= 4096:
-        # Pairwise counts: the same ranks as `rankdata` (exact small integers in float32),
-        # and a program XLA:CPU compiles in a fraction of a sort's time.
-        less = jnp.sum(fitness[None, :] < fitness[:, None], axis=-1)
-        equal = jnp.sum(fitness[None, :] == fitness[:, None], axis=-1)
-        ranks = less + (equal - 1) * 0.5
-    else:
-        ranks = jax.scipy.stats.rankdata(fitness) - 1.0
-    return ranks / jnp.maximum(n - 1, 1) - 0.5
-
-
-def z_score(fitness: jax.Array) -> jax.Array:
-    """`(f - mean) / std`."""
-    return (fitness - fitness.mean()) / (fitness.std() + 1e-8)
-
-
-def identity(fitness: jax.Array) -> jax.Array:
-    """No shaping."""
-    return fitness
-
-
-FITNESS_SHAPING: dict[str, Callable[[jax.Array], jax.Array]] = {
-    "centered_rank": centered_rank,
-    "z_score": z_score,
-    "none": identity,
-}
-
-
-def sanitize_fitness(fitness: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Replaces NaN/inf by a value below every finite fitness; returns `(fitness, count)`.
-
-    A diverging policy is thus ranked worst and never puts a NaN into the strategy state.
-    """
-    finite = jnp.isfinite(fitness)
-    lo = jnp.min(jnp.where(finite, fitness, jnp.inf))
-    hi = jnp.max(jnp.where(finite, fitness, -jnp.inf))
-    worst = jnp.where(jnp.any(finite), lo - (hi - lo) - 1.0, 0.0)
-    return jnp.where(finite, fitness, worst), jnp.sum(~finite)
+__all__ = ["Strategy", "StrategyState", "make_strategy", "openai_es", "cma_es", "strategy_names"]
 
 
 # ------------------------------------------------------------------ the interface
@@ -104,8 +51,8 @@ class Strategy(NamedTuple):
 
 
 def strategy_names() -> list[str]:
-    """Names accepted by `make_strategy` (evosax's algorithms plus aliases)."""
-    return sorted(set(evosax_algorithms.algorithms) | set(_ALIASES))
+    """Names accepted by `make_strategy` (evosax's single-mean algorithms plus aliases)."""
+    return sorted((set(evosax_algorithms.algorithms) & set(_CONSTRUCTOR)) | set(_ALIASES))
 
 
 _ALIASES = {"openai_es": "Open_ES", "cma_es": "CMA_ES", "snes": "SNES", "pgpe": "PGPE",
@@ -117,9 +64,8 @@ def _resolve(name: str) -> type:
     table = {norm(k): v for k, v in evosax_algorithms.algorithms.items()}
     table.update({norm(k): evosax_algorithms.algorithms[v] for k, v in _ALIASES.items()})
     if norm(name) not in table:
-        close = difflib.get_close_matches(name, strategy_names(), n=3, cutoff=0.4)
-        hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
-        raise ValueError(f"Unknown strategy {name!r}.{hint} Known: {', '.join(strategy_names())}")
+        raise ValueError(f"Unknown strategy {name!r}{did_you_mean(name, strategy_names())}. "
+                         f"Known: {', '.join(strategy_names())}")
     return table[norm(name)]
 
 
@@ -127,6 +73,53 @@ def _std_schedule(std_init: float, std_decay: float, std_min: float):
     if std_decay == 1.0:
         return optax.constant_schedule(std_init)
     return lambda step: jnp.maximum(std_init * std_decay**step, std_min)
+
+
+# What evosax's constructors take beyond (population_size, solution, fitness_shaping_fn,
+# metrics_fn). evosax's public API does not say which algorithm takes an optax optimizer, a
+# std schedule or antithetic sampling, nor which ones weight ranks themselves, so this table
+# does (tests/test_strategies.py checks it against the installed evosax). Weighted: the
+# default fitness shaping is evosax's recombination weights (CMA-ES and kin).
+_CONSTRUCTOR: dict[str, tuple[str, ...]] = {
+    "ARS": ("optimizer", "std_schedule"),
+    "ASEBO": ("subspace_dims", "optimizer", "std_schedule"),
+    "CMAAnchoredLES": ("params", "params_path"),
+    "CMA_ES": (),
+    "CR_FM_NES": (),
+    "DES": ("optimizer",),
+    "DifferentialEvolution": ("num_diff",),
+    "DiffusionEvolution": ("num_generations", "fitness_mapping", "alpha_schedule", "num_latent_dims"),
+    "ESMC": ("optimizer", "std_schedule"),
+    "EvoTF_ES": ("max_context_len", "model_config", "solution_config", "fitness_config",
+                 "distrib_config", "use_antithetic_sampling", "params", "params_path"),
+    "GESMR_GA": ("num_groups",),
+    "GradientlessDescent": (),
+    "GuidedES": ("subspace_dims", "optimizer", "std_schedule"),
+    "HillClimbing": ("std_schedule",),
+    "LES": ("params", "params_path"),
+    "LGA": ("params", "params_path", "mutation_feature_encoding"),
+    "LM_MA_ES": (),
+    "MA_ES": (),
+    "MR15_GA": (),
+    "NoiseReuseES": ("optimizer", "std_schedule"),
+    "Open_ES": ("use_antithetic_sampling", "optimizer", "std_schedule"),
+    "PGPE": ("optimizer",),
+    "PSO": (),
+    "PersistentES": ("optimizer", "std_schedule"),
+    "RandomSearch": ("sampling_fn",),
+    "Rm_ES": ("m",),
+    "SAMR_GA": (),
+    "SNES": ("optimizer",),
+    "Sep_CMA_ES": (),
+    "SimpleES": ("optimizer",),
+    "SimpleGA": ("std_schedule",),
+    "SimulatedAnnealing": ("std_schedule",),
+    "iAMaLGaM_Full": ("std_schedule",),
+    "iAMaLGaM_Univariate": ("std_schedule",),
+    "xNES": ("optimizer",),
+}
+_WEIGHTED = frozenset({"CMA_ES", "CR_FM_NES", "DES", "LM_MA_ES", "MA_ES", "Rm_ES", "SNES",
+                       "Sep_CMA_ES", "SimpleES", "xNES"})
 
 
 def make_strategy(
@@ -160,32 +153,35 @@ def make_strategy(
         **kwargs: further constructor arguments or `Params` fields of the evosax algorithm.
     """
     cls = _resolve(name)
+    if cls.__name__ not in _CONSTRUCTOR:
+        raise ValueError(f"{cls.__name__} is not supported by popeval (multi-population strategies "
+                         f"evolve several means at once); supported: {', '.join(sorted(_CONSTRUCTOR))}")
     if fitness_shaping not in FITNESS_SHAPING:
         raise ValueError(
             f"Unknown fitness_shaping {fitness_shaping!r}; choose from {sorted(FITNESS_SHAPING)}"
         )
     if int(pop_size) < 2:
         raise ValueError(f"pop_size must be >= 2, got {pop_size}")
-    sig = inspect.signature(cls.__init__).parameters
+    takes = _CONSTRUCTOR[cls.__name__]
     ctor: dict[str, Any] = {}
-    if "use_antithetic_sampling" in sig and kwargs.get("use_antithetic_sampling", True):
+    if "use_antithetic_sampling" in takes and kwargs.get("use_antithetic_sampling", True):
         if pop_size % 2:
             raise ValueError(f"{cls.__name__} samples antithetic pairs: pop_size must be even, got {pop_size}")
-    if "optimizer" in sig:
+    if "optimizer" in takes:
         lr = 1e-2 if learning_rate is None else learning_rate
         if lr_decay != 1.0:
             lr = optax.exponential_decay(lr, transition_steps=1, decay_rate=lr_decay, end_value=lr_min)
         ctor["optimizer"] = getattr(optax, optimizer)(lr)
     elif learning_rate is not None:
         raise ValueError(f"{cls.__name__} takes no learning_rate")
-    if "std_schedule" in sig:
+    if "std_schedule" in takes:
         ctor["std_schedule"] = _std_schedule(1.0 if std_init is None else std_init, std_decay, std_min)
     # evosax receives the raw (sanitised, negated) fitness, so that its best-solution
     # tracking, which is the "mean" policy of population-based algorithms, follows returns;
     # popeval's shaping runs inside evosax's shaping hook. Rank-weighted algorithms (CMA-ES
     # and kin) keep evosax's weights after it (popeval's shaping is monotone: same ranks).
     own = evosax_shaping.identity_fitness_shaping_fn
-    if "fitness_shaping_fn" in sig and sig["fitness_shaping_fn"].default is evosax_shaping.weights_fitness_shaping_fn:
+    if cls.__name__ in _WEIGHTED:
         own = evosax_shaping.weights_fitness_shaping_fn
     shape = FITNESS_SHAPING[fitness_shaping]
 
@@ -195,34 +191,38 @@ def make_strategy(
     ctor["fitness_shaping_fn"] = shaping_fn
     param_fields = {}
     for k, v in kwargs.items():
-        if k in sig:
+        if k in takes:
             ctor[k] = v
         else:
             param_fields[k] = v
     algo = cls(population_size=int(pop_size), solution=solution, **ctor)
     evo_params = algo.default_params
-    if std_init is not None and "std_schedule" not in sig:
+    if std_init is not None and "std_schedule" not in takes:
         param_fields.setdefault("std_init", std_init)
     known = set(getattr(evo_params, "__dataclass_fields__", {}))
     unknown = sorted(set(param_fields) - known)
     if unknown:
         raise ValueError(
             f"{cls.__name__}: unknown hyperparameter(s) {unknown}; constructor arguments: "
-            f"{sorted(set(sig) - {'self', 'population_size', 'solution'})}, params: {sorted(known)}"
+            f"{sorted(takes)}, params: {sorted(known)}"
         )
     if param_fields:
         evo_params = evo_params.replace(**param_fields)
-    population_based = "mean" not in inspect.signature(algo.init).parameters
+    # Distribution-based algorithms expose their mean (`get_mean`); population-based ones
+    # track the best member seen (`best_solution` of their state), which popeval calls the mean.
+    distribution = hasattr(algo, "get_mean")
+    _, unravel = ravel_pytree(solution)
 
     def init(key: jax.Array, mean_params: Any) -> StrategyState:
         key_init, key_pop, key_tell = jax.random.split(key, 3)
-        if population_based:
-            flat = algo._ravel_solution(mean_params)
+        if distribution:
+            evo_state = algo.init(key_init, mean_params, evo_params)
+        else:
+            flat, _ = ravel_pytree(mean_params)
             std = 1.0 if std_init is None else std_init
             pop = flat + std * jax.random.normal(key_pop, (algo.population_size, algo.num_dims))
-            evo_state = algo.init(key_init, pop, jnp.full((algo.population_size,), jnp.inf), evo_params)
-        else:
-            evo_state = algo.init(key_init, mean_params, evo_params)
+            evo_state = algo.init(key_init, jax.vmap(unravel)(pop), jnp.full((algo.population_size,), jnp.inf),
+                                  evo_params)
         return _strong(StrategyState(evo_state=evo_state, evo_params=evo_params, key=key_tell))
 
     def ask(key: jax.Array, state: StrategyState):
@@ -238,9 +238,9 @@ def make_strategy(
         return new, {"nonfinite/count": nonfinite}
 
     def mean(state: StrategyState) -> Any:
-        if hasattr(state.evo_state, "mean"):
-            return algo._unravel_solution(state.evo_state.mean)
-        return algo._unravel_solution(state.evo_state.best_solution)
+        if distribution:
+            return algo.get_mean(state.evo_state)
+        return unravel(state.evo_state.best_solution)
 
     return Strategy(init, ask, tell, mean, cls.__name__, int(pop_size), int(algo.num_dims))
 

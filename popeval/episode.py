@@ -1,0 +1,204 @@
+"""One episode of one policy, written once: reset, per-step keys, act, step, mask, normalise.
+
+    episode = Episode(env, model_forward, obs_shape=(4,), ...)   # static configuration only
+    carry, key_episode = episode.init(key, env_params)
+    carry, transition = episode.step(t, key_episode, carry, policy_params, env_params,
+                                     obs_stats, freeze=True)
+    obs, action, reward, next_obs, done, cum_return = episode.trajectory(key, ...)
+
+`RolloutWrapper`'s trajectory path, its fitness path and drawing a policy's episode
+(`popeval.visualize`) all run these functions, so they play the very same episodes.
+
+Semantics. The episode key splits into a reset key and an episode key, step `t` into a
+policy key and an environment key (`popeval.keys`). Rollouts use the raw `step_env` (no
+auto-reset): once an episode is done its rewards are masked to 0, `done` stays true and
+`length` stops counting. With `freeze=True` (trajectories) the state is frozen after the
+end, so observations repeat the last one; the fitness path passes `freeze=False` (nothing
+is stored, the state after the end is never read). With observation normalisation the
+policy sees `normalize(obs_stats, obs)` and the carry collects this episode's statistics of
+the observations it acted on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from popeval import keys as keys_lib
+from popeval import normalization
+
+__all__ = ["Carry", "Episode", "reset_env"]
+
+
+class Carry(NamedTuple):
+    """What one running episode carries from step to step."""
+
+    obs: Any
+    state: Any
+    policy_carry: Any  # the recurrent policy's state, `()` for a feed-forward policy
+    ret: jax.Array  # () float32, the return so far
+    length: jax.Array  # () int32, steps taken before done
+    alive: jax.Array  # () bool, not done yet
+    stats: Any  # this episode's ObsStats, or None without normalisation
+
+
+def reset_env(env: Any, key: jax.Array, env_params: Any) -> tuple[Any, Any]:
+    """`(obs, state)` of `env`'s raw reset (`reset_env`, or `reset` for other suites)."""
+    reset = getattr(env, "reset_env", None) or env.reset
+    return reset(key, env_params)
+
+
+def _is_discrete(space: Any) -> bool:
+    """Discrete action spaces (popeval's or another suite's) sample integers."""
+    return jnp.issubdtype(jnp.dtype(space.dtype), jnp.integer)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Episode:
+    """The static configuration of an episode and its pure step functions.
+
+    Args:
+        env: an environment with the popeval/gymnax API (`reset_env`/`step_env`, or
+            `reset`/`step`; 5- or 6-tuple steps such as gymnax 1.x's).
+        model_forward: `(params, obs, key) -> action`, or `(params, obs, carry, key) ->
+            (action, carry)` when `init_carry` is given; `None` samples random actions.
+        obs_shape: the shape of one observation (for the normalisation statistics).
+        init_carry: the recurrent policy's initial state, or `None`.
+        obs_normalization: normalise observations with `obs_stats` and collect statistics.
+        env_name: used in error messages.
+    """
+
+    env: Any
+    model_forward: Callable | None
+    obs_shape: tuple[int, ...]
+    init_carry: Any = None
+    obs_normalization: bool = False
+    env_name: str = ""
+
+    @property
+    def recurrent(self) -> bool:
+        return self.init_carry is not None
+
+    # ------------------------------------------------------------ environment adapter
+    def reset(self, key, env_params):
+        return reset_env(self.env, key, env_params)
+
+    def env_step(self, key, state, action, env_params):
+        """`(obs, state, reward float32, done bool)` of the raw transition."""
+        step = getattr(self.env, "step_env", None) or self.env.step
+        out = step(key, state, action, env_params)
+        if len(out) == 6:  # gymnax >= 1.0: (obs, state, reward, terminated, truncated, info)
+            obs, state, reward, terminated, truncated, _ = out
+            done = jnp.logical_or(terminated, truncated)
+        else:
+            obs, state, reward, done, _ = out
+        # popeval's step_env already applies the time limit; this makes external
+        # environments whose raw step does not (some gymnax versions) honour it as well.
+        time = getattr(state, "time", None)
+        if time is not None and hasattr(env_params, "max_steps_in_episode"):
+            done = jnp.logical_or(done, time >= env_params.max_steps_in_episode)
+        return obs, state, jnp.asarray(reward, jnp.float32), jnp.asarray(done, jnp.bool_)
+
+    # ------------------------------------------------------------ policy adapter
+    def act(self, policy_params, obs, policy_carry, key, env_params):
+        """`(action, policy_carry)`; checks the action's shape against the action space."""
+        space = self.env.action_space(env_params)
+        if self.model_forward is None:
+            return space.sample(key), policy_carry
+        if self.recurrent:
+            out = self.model_forward(policy_params, obs, policy_carry, key)
+            if not (isinstance(out, tuple) and len(out) == 2):
+                raise ValueError(
+                    f"a recurrent model_forward(params, obs, carry, key) must return "
+                    f"(action, carry), got {type(out).__name__}"
+                )
+            action, policy_carry = out
+        else:
+            action = self.model_forward(policy_params, obs, key)
+        self._check_action(action, space)
+        return action, policy_carry
+
+    def _check_action(self, action, space):
+        if not hasattr(action, "shape") and not isinstance(action, (int, float, bool)):
+            raise ValueError(
+                f"model_forward(params, obs, key) must return an action for {self.env_name} "
+                f"({space}), got {type(action).__name__}"
+            )
+        shape, dtype = jnp.shape(action), jnp.result_type(action)
+        discrete = _is_discrete(space)
+        if discrete:
+            ok = shape in ((), (1,)) and (jnp.issubdtype(dtype, jnp.integer) or dtype == jnp.bool_)
+        else:
+            size = 1
+            for s in space.shape:
+                size *= s
+            ok = shape == tuple(space.shape) or (len(shape) <= 1 and jnp.size(action) == size)
+            ok = ok and not (dtype == jnp.bool_)
+        if not ok:
+            raise ValueError(
+                f"model_forward returned an action of shape {shape} and dtype {dtype}, but "
+                f"{self.env_name} expects {space} (shape {tuple(space.shape)}"
+                f"{', an integer dtype' if discrete else ''})"
+            )
+
+    # ------------------------------------------------------------ the episode
+    def init(self, key, env_params) -> tuple[Carry, jax.Array]:
+        """`(carry, key_episode)` right after the reset."""
+        key_reset, key_episode = keys_lib.split_episode(key)
+        obs, state = self.reset(key_reset, env_params)
+        carry = Carry(
+            obs=obs,
+            state=state,
+            policy_carry=self.init_carry if self.recurrent else (),
+            ret=jnp.zeros((), jnp.float32),
+            length=jnp.zeros((), jnp.int32),
+            alive=jnp.ones((), jnp.bool_),
+            stats=normalization.init(self.obs_shape) if self.obs_normalization else None,
+        )
+        return carry, key_episode
+
+    def step(self, t, key_episode, c: Carry, policy_params, env_params, obs_stats, freeze: bool):
+        """Step `t`: `(carry, (obs, action, reward, next_obs, done, state))`."""
+        key_policy, key_env = keys_lib.step_keys(key_episode, t)
+        x = normalization.normalize(obs_stats, c.obs) if self.obs_normalization else c.obs
+        action, policy_carry = self.act(policy_params, x, c.policy_carry, key_policy, env_params)
+        obs, state, reward, done = self.env_step(key_env, c.state, action, env_params)
+        alive = c.alive
+        reward = jnp.where(alive, reward, 0.0)
+        if freeze:
+            keep = lambda new, old: jnp.where(alive, new, old)  # noqa: E731
+            obs = jax.tree.map(keep, obs, c.obs)
+            state = jax.tree.map(keep, state, c.state)
+            policy_carry = jax.tree.map(keep, policy_carry, c.policy_carry)
+        stats = normalization.update(c.stats, c.obs, alive) if self.obs_normalization else None
+        new = Carry(
+            obs=obs,
+            state=state,
+            policy_carry=policy_carry,
+            ret=c.ret + reward,
+            length=c.length + alive.astype(jnp.int32),
+            alive=alive & ~done,
+            stats=stats,
+        )
+        return new, (c.obs, action, reward, obs, done | ~alive, state)
+
+    def scan(self, key, policy_params, env_params, obs_stats, num_steps: int):
+        """`num_steps` steps in a `lax.scan`: `(first_state, final carry, transitions)`, the
+        transitions `(obs, action, reward, next_obs, done, state)` each with a leading `T`."""
+        carry, key_episode = self.init(key, env_params)
+        first = carry.state
+
+        def body(c, t):
+            return self.step(t, key_episode, c, policy_params, env_params, obs_stats, True)
+
+        carry, transitions = jax.lax.scan(body, carry, jnp.arange(num_steps))
+        return first, carry, transitions
+
+    def trajectory(self, key, policy_params, env_params, obs_stats, num_steps: int):
+        """`(obs, action, reward, next_obs, done, cum_return)`, each `(T, ...)` but the return."""
+        _, carry, (obs, action, reward, next_obs, done, _) = self.scan(
+            key, policy_params, env_params, obs_stats, num_steps)
+        return obs, action, reward, next_obs, done, carry.ret

@@ -1,0 +1,43 @@
+"""Draw one episode of a policy: the engine plays it, `popeval.environments.rendering` draws it.
+
+    frames = render_policy(manager, params, seed=0)      # list of (H, W, 3) uint8 frames
+    save_gif(frames, "policy.gif")
+
+The episode is exactly `manager.single_rollout(jax.random.key(seed), params, ...)`'s (same
+keys, normalisation and recurrent carry: `RolloutWrapper.episode_states`), cut after the
+step that ends it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+
+from popeval.environments.rendering import render, save_gif
+
+__all__ = ["policy_episode", "render_policy", "save_gif"]
+
+
+def policy_episode(manager, params: Any, env_params: Any = None, obs_stats: Any = None, seed: int = 0,
+                   max_steps: int | None = None) -> tuple[Any, np.ndarray]:
+    """`(states, rewards)` of one episode of `params` (see `RolloutWrapper.episode_states`)."""
+    return manager.episode_states(jax.random.key(seed), params, env_params, obs_stats, max_steps)
+
+
+def render_policy(manager, params: Any, env_params: Any = None, obs_stats: Any = None, seed: int = 0,
+                  max_steps: int | None = None) -> list[np.ndarray]:
+    """One frame per state of `policy_episode(...)`: the reset state, then one per step.
+
+    Args:
+        manager: the `RolloutWrapper` whose environment and policy semantics to follow.
+        params: one member's policy parameters.
+        env_params: the environment's params (`None`: `manager.env_params`).
+        obs_stats: observation statistics, required when the manager normalises.
+        seed: the episode is `manager.single_rollout(jax.random.key(seed), params, ...)`'s.
+        max_steps: the most steps to draw (default `manager.num_env_steps`).
+    """
+    states, _ = policy_episode(manager, params, env_params, obs_stats, seed, max_steps)
+    env_params = manager.env_params if env_params is None else env_params
+    return render(manager.env, env_params, states)

@@ -1,0 +1,158 @@
+"""What is evolved (`EvolveConfig`, saved with the run) and how a run is run (`RunOptions`).
+
+    config = load_config("experiments/configs/cartpole.yaml", ["--pop_size=128"])
+    evolve(config, RunOptions(run_dir="runs/cartpole", wandb="disabled"))
+
+`EvolveConfig` is the experiment: environment, policy, strategy, budget in generations and
+target. It is what `config.json` of a run holds, and all a resumed run or a saved policy
+needs. `RunOptions` is this run: where it writes, whether it resumes, W&B, progress output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from popeval.environments.registry import did_you_mean
+
+__all__ = ["EvolveConfig", "RunOptions", "load_config", "parse_overrides", "config_from_dict"]
+
+#: Keys that configs saved by popeval 0.1 carry but that describe a run, not the experiment;
+#: loading a saved run ignores them.
+LEGACY_RUN_KEYS = frozenset({"run_dir", "resume", "wandb", "wandb_project", "quiet", "budget"})
+
+
+@dataclasses.dataclass(frozen=True)
+class EvolveConfig:
+    """One experiment: what is evolved, on what, for how long, and the target."""
+
+    env_name: str = "CartPole-v1"
+    env_kwargs: dict = dataclasses.field(default_factory=dict)
+    num_env_steps: typing.Optional[int] = None
+    policy: str = "mlp"  # "mlp" | "lstm" (an LSTM has one hidden size: `hidden_sizes: [n]`)
+    hidden_sizes: tuple = (32, 32)
+    activation: str = "tanh"
+    strategy: str = "openai_es"
+    strategy_kwargs: dict = dataclasses.field(default_factory=dict)
+    fitness_shaping: str = "centered_rank"
+    pop_size: int = 256
+    num_rollouts: int = 8
+    num_generations: int = 100
+    common_random_numbers: bool = True
+    obs_normalization: bool = False
+    compaction: bool = True  # RolloutWrapper(compaction=...): pays while most episodes are short
+    seed: int = 0
+    target: typing.Optional[float] = None  # reached when the population mean fitness >= target
+    stop_at_target: bool = False
+    eval_every: int = 10
+    eval_episodes: int = 64
+    checkpoint_every: int = 10
+
+    def __post_init__(self):
+        if self.pop_size < 2:
+            raise ValueError(f"pop_size must be >= 2, got {self.pop_size}")
+        if self.num_rollouts < 1 or self.num_generations < 1:
+            raise ValueError("num_rollouts and num_generations must be >= 1")
+        if self.policy not in ("mlp", "lstm"):
+            raise ValueError(f"policy must be 'mlp' or 'lstm', got {self.policy!r}")
+        if self.policy == "lstm" and len(self.hidden_sizes) != 1:
+            raise ValueError(f"an LSTM policy has one hidden size (hidden_sizes: [n]), got {list(self.hidden_sizes)}")
+        if self.eval_every < 1 or self.checkpoint_every < 1 or self.eval_episodes < 1:
+            raise ValueError("eval_every, checkpoint_every and eval_episodes must be >= 1")
+        object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
+
+    def to_dict(self) -> dict:
+        """The JSON-able form saved as a run's `config.json`."""
+        d = dataclasses.asdict(self)
+        d["hidden_sizes"] = list(self.hidden_sizes)
+        return d
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """How one run is run; none of it changes the results.
+
+    Args:
+        run_dir: the run directory (default `runs/<env>-<strategy>-seed<seed>-<time>`);
+            must be empty or absent.
+        resume: a run directory to continue from its last checkpoint (its saved config is
+            the experiment; `num_generations` may be raised to extend it).
+        wandb: `auto` (online with an API key configured, else offline), `offline`,
+            `online` or `disabled`.
+        wandb_project: the W&B project.
+        progress: a progress bar on stderr; `None`: when stderr is a terminal.
+    """
+
+    run_dir: typing.Optional[str] = None
+    resume: typing.Optional[str] = None
+    wandb: str = "auto"
+    wandb_project: str = "popeval"
+    progress: typing.Optional[bool] = None
+
+    def __post_init__(self):
+        if self.wandb not in ("auto", "disabled", "offline", "online"):
+            raise ValueError(f"wandb must be auto, disabled, offline or online, got {self.wandb!r}")
+        if self.run_dir is not None and self.resume is not None:
+            raise ValueError("pass either run_dir (a new run) or resume (an existing one), not both")
+
+
+def _check_type(name: str, value: Any) -> Any:
+    hint = typing.get_type_hints(EvolveConfig)[name]
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    allowed = args if origin is typing.Union else (hint,)
+    for t in allowed:
+        if t is type(None) and value is None:
+            return value
+        if t is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if t is tuple and isinstance(value, (list, tuple)):
+            return tuple(value)
+        if t is not type(None) and isinstance(value, t) and not (t is int and isinstance(value, bool)):
+            return value
+    names = " or ".join(getattr(t, "__name__", str(t)) for t in allowed)
+    raise TypeError(f"config key {name!r}: expected {names}, got {value!r} ({type(value).__name__})")
+
+
+def parse_overrides(items: list[str]) -> dict:
+    """`["--key=value", "key2=value2"]` -> `{key: value}` (values in YAML syntax)."""
+    out = {}
+    for item in items:
+        item = item[2:] if item.startswith("--") else item
+        if "=" not in item:
+            raise ValueError(f"override {item!r}: expected key=value")
+        k, v = item.split("=", 1)
+        out[k.replace("-", "_")] = yaml.safe_load(v)
+    return out
+
+
+def config_from_dict(data: dict) -> EvolveConfig:
+    """An `EvolveConfig` from a mapping, every key checked and typed.
+
+    Raises:
+        ValueError / TypeError naming an unknown or mistyped key.
+    """
+    fields = [f.name for f in dataclasses.fields(EvolveConfig)]
+    for k in data:
+        if k not in fields:
+            raise ValueError(f"unknown config key {k!r}" + did_you_mean(k, fields))
+    return EvolveConfig(**{k: _check_type(k, v) for k, v in data.items()})
+
+
+def load_config(path: str | os.PathLike | None = None, overrides: list[str] | dict | None = None) -> EvolveConfig:
+    """Builds an `EvolveConfig` from a YAML file and `key=value` overrides (values in YAML syntax).
+
+    Raises:
+        ValueError / TypeError naming an unknown or mistyped key.
+    """
+    data: dict = {}
+    if path is not None:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: a config file holds a mapping of keys to values")
+    data.update(overrides if isinstance(overrides, dict) else parse_overrides(overrides or []))
+    return config_from_dict(data)

@@ -1,0 +1,157 @@
+"""The compiled programs of an experiment: what `build` makes from an `EvolveConfig`.
+
+    run = build(config)                               # env, policy, manager, strategy
+    state = init_state(run, config)                   # EvolveState from the seed
+    generation = generation_fn(run, config, devices)  # per-device: (state, seed) -> (state, metrics)
+    evaluate = eval_fn(run, config)                   # mean and best policy on the same episodes
+
+A generation, on each device: ask the strategy for the (same) population, evaluate this
+device's members with the fitness-only path on episode keys that derive from (seed,
+generation, member index) (`popeval.keys`), all-gather the fitness, tell the strategy, track
+the best member and the observation statistics. Nothing here knows about files or sinks.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from popeval import compiler, normalization, sharding
+from popeval import keys as keys_lib
+from popeval.environments import make
+from popeval.policies import LSTMPolicy, MLPPolicy
+from popeval.rollout import RolloutWrapper
+
+from .config import EvolveConfig
+from .strategy import make_strategy, sanitize_fitness
+
+__all__ = ["EvolveState", "Run", "build", "init_fn", "init_state", "generation_fn", "eval_fn"]
+
+
+@struct.dataclass
+class EvolveState:
+    strategy: Any
+    generation: jax.Array  # int32
+    best_params: Any
+    best_fitness: jax.Array  # float32
+    obs_stats: Any  # ObsStats or None
+
+
+class Run(NamedTuple):
+    """Everything built from a config (no state)."""
+
+    env: Any
+    env_params: Any
+    policy: Any
+    manager: RolloutWrapper
+    strategy: Any
+    template: Any  # one policy's parameters as zeros (shapes and dtypes; values come from the seed)
+
+
+def build(config: EvolveConfig) -> Run:
+    """Environment, policy, rollout manager and strategy for a config (nothing is compiled)."""
+    env, env_params = make(config.env_name, **config.env_kwargs)
+    if config.policy == "lstm":
+        policy = LSTMPolicy.for_env(env, env_params, hidden_size=config.hidden_sizes[0])
+        init_carry = policy.initialize_carry()
+    else:
+        policy = MLPPolicy.for_env(env, env_params, hidden_sizes=config.hidden_sizes,
+                                   activation=config.activation)
+        init_carry = None
+    manager = RolloutWrapper(
+        policy.apply, env=env, env_params=env_params, num_env_steps=config.num_env_steps,
+        init_carry=init_carry, common_random_numbers=config.common_random_numbers,
+        obs_normalization=config.obs_normalization, compaction=config.compaction,
+    )
+    shapes = jax.eval_shape(lambda k: policy.init_params(k, env, env_params), jax.random.key(0))
+    template = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes)
+    strategy = make_strategy(config.strategy, config.pop_size, template, config.fitness_shaping,
+                             **config.strategy_kwargs)
+    return Run(env, env_params, policy, manager, strategy, template)
+
+
+def init_fn(run: Run, config: EvolveConfig):
+    """`init(seed) -> EvolveState`: the policy initialised from the seed is the strategy's mean."""
+    def init(seed):
+        key = keys_lib.run_key(seed)
+        params = run.policy.init_params(key, run.env, run.env_params)
+        stats = normalization.init(run.manager.obs_shape) if config.obs_normalization else None
+        return EvolveState(
+            strategy=run.strategy.init(keys_lib.run_key(seed, keys_lib.INIT), params),
+            generation=jnp.int32(0),
+            best_params=params,
+            best_fitness=jnp.float32(-jnp.inf),
+            obs_stats=stats,
+        )
+
+    return init
+
+
+def init_state(run: Run, config: EvolveConfig) -> EvolveState:
+    """The initial state, computed by one compiled program (not one per eager operation)."""
+    seed = np.int32(config.seed)
+    return jax.jit(init_fn(run, config)).lower(seed).compile(compiler.options())(seed)
+
+
+def generation_fn(run: Run, config: EvolveConfig, devices: int):
+    """The per-device generation program (traced once; the seed is an argument, so runs that
+    differ only in their seed share the compiled program and the compilation cache)."""
+    pop_size, num_rollouts = config.pop_size, config.num_rollouts
+
+    def generation(state: EvolveState, seed: jax.Array):
+        key_ask, key_eval = keys_lib.generation_keys(seed, state.generation)
+        population, strategy_state = run.strategy.ask(key_ask, state.strategy)
+        members, _ = sharding.local_slice(pop_size, devices)
+        mine = jax.tree.map(lambda x: x[jnp.minimum(members, pop_size - 1)], population)
+        episodes = jax.random.split(key_eval, num_rollouts)
+        keys = keys_lib.member_keys(episodes, members, config.common_random_numbers)
+        result = run.manager.population_fitness(keys, mine, obs_stats=state.obs_stats)
+        fitness = sharding.gather_members(result.returns.mean(axis=-1), pop_size)
+        steps = sharding.gather_members(result.lengths.sum(axis=-1), pop_size)
+        strategy_state, tell_metrics = run.strategy.tell(strategy_state, population, fitness)
+
+        clean, _ = sanitize_fitness(fitness)
+        best = jnp.argmax(clean)
+        improved = jnp.isfinite(fitness[best]) & (fitness[best] > state.best_fitness)
+        best_params = jax.tree.map(lambda b, p: jnp.where(improved, p[best], b), state.best_params, population)
+        best_fitness = jnp.where(improved, fitness[best], state.best_fitness)
+        obs_stats = state.obs_stats
+        if config.obs_normalization:
+            obs_stats = normalization.merge_stacked(sharding.gather_members(result.obs_stats, pop_size), obs_stats)
+
+        finite = jnp.isfinite(fitness)
+        masked = jnp.where(finite, fitness, jnp.nan)
+        metrics = {
+            "fitness/max": jnp.nanmax(masked),
+            "fitness/mean": jnp.nanmean(masked),
+            "fitness/min": jnp.nanmin(masked),
+            "fitness/std": jnp.nanstd(masked),
+            "best/fitness": best_fitness,
+            "steps/generation": jnp.sum(steps).astype(jnp.float32),
+            **tell_metrics,
+        }
+        new = EvolveState(
+            strategy=strategy_state, generation=state.generation + 1, best_params=best_params,
+            best_fitness=best_fitness, obs_stats=obs_stats,
+        )
+        return new, metrics
+
+    return generation
+
+
+def eval_fn(run: Run, config: EvolveConfig):
+    """`evaluate(strategy_state, best_params, obs_stats, seed, index) -> returns (2, E)`: the
+    strategy's mean policy (row 0) and the best policy (row 1) on the same `eval_episodes`
+    episodes of evaluation `index`. Jitted; compile it with `compiler.options()`."""
+    manager, episodes = run.manager, config.eval_episodes
+
+    def evaluate(strategy_state, best_params, obs_stats, seed, index):
+        keys = jnp.broadcast_to(keys_lib.evaluation_keys(seed, index, episodes), (2, episodes))
+        both = jax.tree.map(lambda m, b: jnp.stack([m, b]), run.strategy.mean(strategy_state), best_params)
+        return manager.population_fitness(keys, both, obs_stats=obs_stats).returns
+
+    return jax.jit(evaluate)

@@ -10,6 +10,13 @@
 from . import spaces
 from .environment import Environment
 from .registry import REGISTRY, make, registered_envs
-from .rendering import Visualizer, render
 
 __all__ = ["Environment", "REGISTRY", "Visualizer", "make", "registered_envs", "render", "spaces"]
+
+
+def __getattr__(name):  # rendering (and Pillow) is loaded on first use
+    if name in {"Visualizer", "render"}:
+        from . import rendering
+
+        return getattr(rendering, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

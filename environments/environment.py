@@ -67,7 +67,10 @@ class Environment:
     # ----------------------------------------------------------------- shared API
     @property
     def name(self) -> str:
-        return getattr(self, "env_id", type(self).__name__)
+        """The id this class is registered under (`make`'s table), else the class name."""
+        from .registry import REGISTRY  # the table imports every environment module
+
+        return next((env_id for env_id, cls in REGISTRY.items() if cls is type(self)), type(self).__name__)
 
     @property
     def num_actions(self) -> int:

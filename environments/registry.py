@@ -1,11 +1,12 @@
-"""The registry: one literal table from environment ids to constructors, and `make`."""
+"""The registry: one literal table from environment ids to constructors, `make`, and the
+"did you mean" hint of unknown names."""
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
 import inspect
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from .classic_control import Acrobot, CartPole, MountainCar, MountainCarContinuous, Pendulum
 from .misc import (
@@ -31,7 +32,7 @@ from .bsuite import (
 from .minatar import Asterix, Breakout, Freeway, Seaquest, SpaceInvaders
 from .environment import Environment
 
-__all__ = ["REGISTRY", "registered_envs", "make"]
+__all__ = ["REGISTRY", "close_matches", "did_you_mean", "registered_envs", "make"]
 
 #: Environment id -> constructor. The single source of truth for `make`, the CLI and tests.
 REGISTRY: dict[str, Callable[..., Environment]] = {
@@ -70,6 +71,21 @@ REGISTRY: dict[str, Callable[..., Environment]] = {
 registered_envs: tuple[str, ...] = tuple(REGISTRY)
 
 
+def close_matches(name: str, choices: Iterable[str], n: int = 1, cutoff: float = 0.6) -> list[str]:
+    """The up to `n` choices closest to `name` (difflib's ratio >= `cutoff`), best first."""
+    return difflib.get_close_matches(name, list(choices), n=n, cutoff=cutoff)
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """A hint naming the closest of `choices` to `name` (difflib's default cutoff, 0.6).
+
+    Returns:
+        `" (did you mean 'X'?)"`, or `""` when no choice is close.
+    """
+    close = close_matches(name, choices)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def make(env_id: str, **kwargs: Any) -> tuple[Environment, Any]:
     """Builds an environment and its default parameters.
 
@@ -86,7 +102,7 @@ def make(env_id: str, **kwargs: Any) -> tuple[Environment, Any]:
         ValueError: unknown id (with the closest ids) or unknown keyword argument.
     """
     if env_id not in REGISTRY:
-        close = difflib.get_close_matches(env_id, REGISTRY, n=3, cutoff=0.4)
+        close = close_matches(env_id, REGISTRY, n=3, cutoff=0.4)
         hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
         raise ValueError(
             f"Unknown environment id {env_id!r}.{hint} Registered ids: {', '.join(REGISTRY)}"
@@ -99,7 +115,6 @@ def make(env_id: str, **kwargs: Any) -> tuple[Environment, Any]:
     }
     env_kwargs = {k: v for k, v in kwargs.items() if k in ctor_args}
     env = ctor(**env_kwargs)
-    env.env_id = env_id
     params = env.default_params
     param_fields = {f.name for f in dataclasses.fields(params)}
     unknown = sorted(set(kwargs) - ctor_args - param_fields)

@@ -21,6 +21,8 @@ import jax
 import numpy as np
 from flax import serialization
 
+from popeval import keys
+
 __all__ = ["save", "load", "load_meta", "exists", "CHECKPOINT", "META", "PROGRESS"]
 
 CHECKPOINT = "checkpoint.msgpack"
@@ -36,13 +38,9 @@ def _atomic_write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def _is_key(x: Any) -> bool:
-    return hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
-
-
 def _to_numpy(tree: Any) -> Any:
     """Host numpy arrays; typed PRNG keys become their raw key data."""
-    return jax.tree.map(lambda x: np.asarray(jax.random.key_data(x) if _is_key(x) else jax.device_get(x)), tree)
+    return jax.tree.map(lambda x: np.asarray(jax.device_get(keys.to_raw(x))), tree)
 
 
 #: Metadata fields stored inside `checkpoint.msgpack` with the state (deterministic counters).
@@ -85,8 +83,8 @@ def load(run_dir: str | os.PathLike, template: Any) -> tuple[Any, dict]:
     raw = serialization.from_state_dict(_to_numpy(template), state_dict)
 
     def restore(t, x):
-        if _is_key(t):
-            return jax.random.wrap_key_data(np.asarray(x), impl=jax.random.key_impl(t))
+        if keys.is_typed_key(t):
+            return keys.from_raw(np.asarray(x), t)
         return np.asarray(x, dtype=np.asarray(t).dtype)
 
     return jax.tree.map(restore, template, raw), meta

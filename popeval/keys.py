@@ -40,6 +40,9 @@ __all__ = [
     "split_episode",
     "step_keys",
     "key_batch_shape",
+    "is_typed_key",
+    "to_raw",
+    "from_raw",
 ]
 
 #: Stream of the strategy's initial state (the policy's initial parameters use the seed's key).
@@ -100,3 +103,19 @@ def key_batch_shape(keys: Any, what: str = "keys") -> tuple[int, ...]:
         f"{what}: expected PRNG keys (jax.random.key or PRNGKey arrays), got an array of "
         f"shape {keys.shape} and dtype {keys.dtype}"
     )
+
+
+def is_typed_key(x: Any) -> bool:
+    """Whether `x` is an array of typed keys (`jax.random.key`), which host code cannot hold."""
+    return hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def to_raw(x: Any) -> Any:
+    """Typed keys -> their raw `uint32` data (for numpy, files, device copies); others as given."""
+    return jax.random.key_data(x) if is_typed_key(x) else x
+
+
+def from_raw(raw: Any, like: Any) -> Any:
+    """The inverse of `to_raw`: `raw` wrapped as keys of `like`'s implementation when `like`
+    is a typed key array; otherwise `raw` as given."""
+    return jax.random.wrap_key_data(raw, impl=jax.random.key_impl(like)) if is_typed_key(like) else raw

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from popeval import compiler
+from popeval import compiler, keys
 
 __all__ = ["AXIS", "use_all_cores", "num_devices", "local_slice", "gather_members", "Replicated"]
 
@@ -88,11 +88,10 @@ class Replicated:
         """A host (or single-device) pytree -> its stacked per-device copies (copies only, no
         compiled program)."""
         def one(x):
-            key = jnp.issubdtype(jnp.result_type(x), jax.dtypes.prng_key)
-            host = np.asarray(jax.random.key_data(x) if key else x)[None]
+            host = np.asarray(keys.to_raw(x))[None]
             parts = [jax.device_put(host, d) for d in self._devices]
             out = jax.make_array_from_single_device_arrays((len(parts),) + host.shape[1:], self._stacked, parts)
-            return jax.random.wrap_key_data(out, impl=jax.random.key_impl(x)) if key else out
+            return keys.from_raw(out, x)
 
         return jax.tree.map(one, tree)
 
@@ -117,9 +116,6 @@ class Replicated:
         """Stacked copies -> device 0's copy, as host arrays (no compiled program)."""
         def one(x):
             data = x.addressable_shards[0].data
-            if jnp.issubdtype(data.dtype, jax.dtypes.prng_key):
-                raw = np.asarray(jax.random.key_data(data))[0]
-                return jax.random.wrap_key_data(raw, impl=jax.random.key_impl(data))
-            return np.asarray(data)[0]
+            return keys.from_raw(np.asarray(keys.to_raw(data))[0], data)
 
         return jax.tree.map(one, tree)

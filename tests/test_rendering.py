@@ -1,6 +1,5 @@
-"""Rendering: frames of every registered environment, GIF round trips, `render_policy`
-against `RolloutWrapper.single_rollout`, the classic-control geometry and the gymnax
-`Visualizer` usage.
+"""Rendering: frames of every registered environment, GIF round trips, the classic-control
+geometry, the gymnax `Visualizer` usage, and that importing popeval leaves Pillow unloaded.
 
 Every environment compiles one program (reset plus a short random rollout); the frames are
 drawn on the host.
@@ -9,6 +8,8 @@ drawn on the host.
 from __future__ import annotations
 
 import functools
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -16,11 +17,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from popeval import normalization
 from popeval.environments import Visualizer, make, registered_envs, render
 from popeval.environments import rendering
 from popeval.environments.minatar.common import MinAtarEnv
-from popeval.rollout import RolloutWrapper
+from popeval.environments.rendering.kit import BLACK
+from popeval.environments.rendering.minatar import CHANNEL_COLOURS
 
 NUM_STEPS = 6
 #: Environments drawn from continuous state geometry: every state change must show.
@@ -127,7 +128,7 @@ def test_minatar_cells_show_the_top_channel():
         for r in range(10):
             for c in range(10):
                 active = np.flatnonzero(o[r, c])
-                want = rendering.CHANNEL_COLOURS[active[-1]] if len(active) else rendering.BLACK
+                want = CHANNEL_COLOURS[active[-1]] if len(active) else BLACK
                 assert tuple(centres[r, c]) == want, (r, c, active)
     assert isinstance(env, MinAtarEnv) and obs[..., 3].any()  # bricks were among the cells
 
@@ -175,70 +176,6 @@ def test_classic_control_geometry():
     assert abs(flag_col - (1.7 * 600 / 1.8 + 25 / 3)) < 2  # the flag triangle at goal_position 0.5
 
 
-ZERO = np.float32(0.0)  # parameters of the policies that need none
-
-
-def policy_manager(**kwargs):
-    return RolloutWrapper(env_name="CartPole-v1", num_env_steps=80, **kwargs)
-
-
-def lean_policy(params, obs, key):
-    return (obs[2] + params * obs[3] > 0).astype(jnp.int32)
-
-
-def counting_policy(params, obs, carry, key):
-    return (carry % 3 == 0).astype(jnp.int32), carry + 1
-
-
-def signed_policy(params, obs, key):  # acts on the normalised observation
-    return (obs[0] + obs[2] > 0).astype(jnp.int32)
-
-
-@pytest.mark.parametrize(
-    "kind, kwargs, params, seed",
-    [
-        ("random", {}, ZERO, 3),
-        ("random", {}, ZERO, 4),
-        ("lean", {"model_forward": lean_policy}, np.float32(0.1), 0),
-        ("recurrent", {"model_forward": counting_policy, "init_carry": np.int32(0)}, ZERO, 1),
-        ("normalised", {"model_forward": signed_policy, "obs_normalization": True}, ZERO, 2),
-    ],
-)
-def test_policy_episode_matches_single_rollout(kind, kwargs, params, seed):
-    """The episode drawn is the one `single_rollout(jax.random.key(seed), ...)` evaluates."""
-    manager = policy_manager(**kwargs)
-    obs_stats = None
-    if manager.obs_normalization:
-        obs_stats = normalization.init((4,))
-        seen = [[0.1, 1.0, -0.02, 0.5], [-0.1, 2.0, 0.03, -0.5], [0.0, 0.5, 0.01, 0.1]]
-        for x in jnp.array(seen):
-            obs_stats = normalization.update(obs_stats, x)
-    *_, done, cum_return = manager.single_rollout(jax.random.key(seed), params, obs_stats=obs_stats)
-    done = np.asarray(done)
-    length = int(np.argmax(done)) + 1 if done.any() else manager.num_env_steps
-    if kind == "lean":  # balances all 80 steps; draw only the first 30
-        assert not done.any()
-        states, rewards = rendering.policy_episode(
-            manager.env, None, manager, params, seed=seed, max_steps=30
-        )
-        assert len(states.time) == 31 and rewards.sum() == 30
-        return
-    env = manager.env
-    states, rewards = rendering.policy_episode(env, None, manager, params, obs_stats, seed=seed)
-    assert list(states.time) == list(range(length + 1))
-    assert np.isclose(rewards.sum(), float(cum_return))
-    if kind == "random" and seed == 3:  # render_policy draws exactly these states
-        frames = rendering.render_policy(env, manager.env_params, manager, params, seed=seed)
-        assert len(frames) == length + 1 > 3
-        assert all(np.array_equal(a, b) for a, b in zip(frames, render(env, None, states)))
-
-
-def test_render_policy_needs_obs_stats_when_normalising():
-    manager = policy_manager(model_forward=signed_policy, obs_normalization=True)
-    with pytest.raises(ValueError, match="obs_stats"):
-        rendering.render_policy(manager.env, None, manager, jnp.zeros(()))
-
-
 def test_visualizer_seed_usage(tmp_path):
     """The gymnax README's Visualizer example, unchanged but for the import."""
     env, env_params = make("CartPole-v1")
@@ -284,3 +221,18 @@ def test_errors(tmp_path):
         rendering.save_gif([frames[0], frames[0][:10]], tmp_path / "x.gif")
     with pytest.raises(ValueError, match="reward_seq"):
         Visualizer(env, params, states, reward_seq=[1.0])
+
+
+def test_importing_popeval_does_not_import_pillow():
+    """Pillow is loaded with the rendering package, on first use of `render`, not before."""
+    code = (
+        "import sys\n"
+        "import popeval, popeval.environments\n"
+        "assert 'PIL' not in sys.modules, 'importing popeval imported PIL'\n"
+        "assert 'popeval.environments.rendering' not in sys.modules\n"
+        "from popeval.environments import Visualizer, render\n"
+        "assert render.__module__ == Visualizer.__module__ == 'popeval.environments.rendering'\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu"})
+    assert out.returncode == 0, out.stderr[-2000:]

@@ -20,8 +20,9 @@ import numpy as np
 from flax import struct
 
 from .. import spaces
+from ..checks import check_int
 from ..environment import Environment
-from .common import check_int, check_seed
+from .common import check_seed
 
 
 @struct.dataclass

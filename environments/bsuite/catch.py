@@ -18,8 +18,9 @@ import jax.numpy as jnp
 from flax import struct
 
 from .. import spaces
+from ..checks import check_int
 from ..environment import Environment
-from .common import check_int, one_hot_board
+from .common import one_hot_board
 
 
 @struct.dataclass

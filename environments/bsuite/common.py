@@ -1,19 +1,13 @@
-"""What the bsuite environments share: constructor-argument checks and observation pieces."""
+"""What the bsuite environments share: seed checks and observation pieces."""
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-__all__ = ["check_int", "check_seed", "one_hot_board", "time_left"]
+from ..checks import check_int
 
-
-def check_int(env: str, name: str, value, minimum: int) -> int:
-    """Returns `value` as an int, or raises a ValueError naming the setting."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{env}: {name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
+__all__ = ["check_seed", "one_hot_board", "time_left"]
 
 
 def check_seed(env: str, name: str, value) -> int:

@@ -33,8 +33,9 @@ import numpy as np
 from flax import struct
 
 from .. import spaces
+from ..checks import check_int
 from ..environment import Environment
-from .common import check_int, check_seed, one_hot_board
+from .common import check_seed, one_hot_board
 
 
 @struct.dataclass

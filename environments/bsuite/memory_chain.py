@@ -27,8 +27,9 @@ import jax.numpy as jnp
 from flax import struct
 
 from .. import spaces
+from ..checks import check_int
 from ..environment import Environment
-from .common import check_int, time_left
+from .common import time_left
 
 
 @struct.dataclass

@@ -2,7 +2,7 @@
 
 Young & Tian (2019), "MinAtar: An Atari-Inspired Testbed for Thorough and Reproducible
 Reinforcement Learning Experiments". Rules follow `minatar/environments/asterix.py`
-(MinAtar 1.0.15), which `tests/test_minatar_a.py` steps side by side. One step:
+(MinAtar 1.0.15), which `tests/test_minatar_asterix.py` steps side by side. One step:
 
 1. when the spawn timer is 0, an entity appears in a free row (slot `i` is row `i + 1`,
    chosen uniformly among the free slots; nothing appears when all 8 are taken) at the
@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from .common import NO_TIME_LIMIT, OBS_COLS, OBS_ROWS, MinAtarEnv, lane_rows
+from .common import OBS_COLS, OBS_ROWS, MinAtarEnv, MinAtarParams, MinAtarState, lane_rows
 
 __all__ = ["Asterix", "EnvParams", "EnvState", "SpawnDraws"]
 
@@ -44,7 +44,7 @@ _CHANNELS = np.arange(4, dtype=np.int32)  # player, enemy, trail, gold
 
 
 @struct.dataclass
-class EnvState:
+class EnvState(MinAtarState):
     player_x: jax.Array  # int32 column
     player_y: jax.Array  # int32 row (1..8)
     entity_x: jax.Array  # (8,) int32 column of the entity in slot i (row i + 1)
@@ -57,21 +57,16 @@ class EnvState:
     move_timer: jax.Array  # int32
     ramp_timer: jax.Array  # int32
     ramp_index: jax.Array  # int32
-    terminal: jax.Array  # bool
-    last_action: jax.Array  # int32 full-action index (sticky actions)
-    time: jax.Array  # int32
 
 
 @struct.dataclass
-class EnvParams:
-    sticky_action_prob: float = 0.1
+class EnvParams(MinAtarParams):
     difficulty_ramping: bool = True
     ramp_interval: int = 100
     init_spawn_speed: int = 10
     init_move_interval: int = 5
     spawn_left_prob: float = 0.5
     gold_prob: float = 1.0 / 3.0
-    max_steps_in_episode: int = NO_TIME_LIMIT
 
 
 class SpawnDraws(NamedTuple):

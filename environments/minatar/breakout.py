@@ -2,7 +2,7 @@
 
 Young & Tian (2019), "MinAtar: An Atari-Inspired Testbed for Thorough and Reproducible
 Reinforcement Learning Experiments". Rules follow `minatar/environments/breakout.py`
-(MinAtar 1.0.15), which `tests/test_minatar_a.py` steps side by side:
+(MinAtar 1.0.15), which `tests/test_minatar_breakout.py` steps side by side:
 
 - the paddle moves one column per `l`/`r` step on row 9; the ball moves one cell
   diagonally per step (direction 0 up-left, 1 up-right, 2 down-right, 3 down-left);
@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from .common import NO_TIME_LIMIT, MinAtarEnv
+from .common import MinAtarEnv, MinAtarParams, MinAtarState
 
 __all__ = ["Breakout", "EnvParams", "EnvState"]
 
@@ -38,7 +38,7 @@ _BRICK_ROWS = np.isin(np.arange(10), (1, 2, 3))  # rows holding bricks at the st
 
 
 @struct.dataclass
-class EnvState:
+class EnvState(MinAtarState):
     ball_x: jax.Array  # int32 column
     ball_y: jax.Array  # int32 row
     ball_dir: jax.Array  # int32: 0 up-left, 1 up-right, 2 down-right, 3 down-left
@@ -47,15 +47,11 @@ class EnvState:
     last_y: jax.Array
     brick_map: jax.Array  # (10, 10) bool
     strike: jax.Array  # bool: a brick was hit on the previous step
-    terminal: jax.Array  # bool
-    last_action: jax.Array  # int32 full-action index (sticky actions)
-    time: jax.Array  # int32
 
 
 @struct.dataclass
-class EnvParams:
-    sticky_action_prob: float = 0.1
-    max_steps_in_episode: int = NO_TIME_LIMIT
+class EnvParams(MinAtarParams):
+    """Breakout adds no parameters to the shared ones."""
 
 
 class Breakout(MinAtarEnv):

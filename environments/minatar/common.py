@@ -6,13 +6,15 @@ Reinforcement Learning Experiments". Reference implementation: the `minatar` pac
 action with probability `sticky_action_prob`, then steps the game with an index into the
 full action list `['n', 'l', 'u', 'r', 'd', 'f']`).
 
+A game's `EnvState` extends `MinAtarState` (`terminal`, `last_action` and `time`, which
+every game carries) and its `EnvParams` extends `MinAtarParams` (`sticky_action_prob`,
+`max_steps_in_episode`); as flax struct dataclasses, they list the shared fields first.
 A game subclasses `MinAtarEnv` and writes:
     CHANNELS: tuple[str, ...]          # observation channel names, in minatar's order
     MINIMAL_ACTIONS: tuple[str, ...]   # minatar's minimal_action_set(), as letters
     default_params, reset_state(key, params), get_obs(state, params, key)
     game_step(key, state, full_action, params) -> (state, reward, terminal)
-where `full_action` is an int32 index into `FULL_ACTIONS` (sticky actions already applied)
-and the game state carries `last_action` (int32, full-action index) and `time` (int32).
+where `full_action` is an int32 index into `FULL_ACTIONS` (sticky actions already applied).
 
 Instead of `game_step`, a game may write its randomness and its logic apart (the default
 `game_step` joins them):
@@ -34,6 +36,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import struct
 
 from .. import spaces
 from ..environment import Environment
@@ -41,6 +44,8 @@ from ..environment import Environment
 __all__ = [
     "FULL_ACTIONS",
     "MinAtarEnv",
+    "MinAtarParams",
+    "MinAtarState",
     "NO_TIME_LIMIT",
     "OBS_COLS",
     "OBS_ROWS",
@@ -52,6 +57,24 @@ FULL_ACTIONS = ("n", "l", "u", "r", "d", "f")
 
 #: `max_steps_in_episode` meaning "no cap beyond the game's own terminal conditions".
 NO_TIME_LIMIT = 2**31 - 1
+
+
+@struct.dataclass
+class MinAtarState:
+    """The state fields of every game; a game's `EnvState` adds its own after them."""
+
+    terminal: jax.Array  # bool: the game is over (its state then stays frozen)
+    last_action: jax.Array  # int32 full-action index (sticky actions)
+    time: jax.Array  # int32 steps in this episode
+
+
+@struct.dataclass
+class MinAtarParams:
+    """The parameters of every game; a game's `EnvParams` adds its own after them."""
+
+    sticky_action_prob: float = 0.1
+    max_steps_in_episode: int = NO_TIME_LIMIT
+
 
 _ROWS = np.arange(10, dtype=np.int32)[:, None]
 _COLS = np.arange(10, dtype=np.int32)[None, :]

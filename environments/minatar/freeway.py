@@ -2,7 +2,7 @@
 
 Young & Tian (2019), "MinAtar: An Atari-Inspired Testbed for Thorough and Reproducible
 Reinforcement Learning Experiments". Rules follow `minatar/environments/freeway.py`
-(MinAtar 1.0.15), which `tests/test_minatar_a.py` steps side by side. One step:
+(MinAtar 1.0.15), which `tests/test_minatar_freeway.py` steps side by side. One step:
 
 1. `u` / `d` move the chicken (column 4) one row when its move timer is 0, which then
    restarts at `player_speed`;
@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from .common import NO_TIME_LIMIT, OBS_COLS, OBS_ROWS, MinAtarEnv, lane_rows
+from .common import OBS_COLS, OBS_ROWS, MinAtarEnv, MinAtarParams, MinAtarState, lane_rows
 
 __all__ = ["CarDraws", "EnvParams", "EnvState", "Freeway"]
 
@@ -46,23 +46,18 @@ _CHICKEN_X = 4
 
 
 @struct.dataclass
-class EnvState:
+class EnvState(MinAtarState):
     pos: jax.Array  # int32 chicken row (column 4)
     move_timer: jax.Array  # int32 steps until the chicken may move again
     car_x: jax.Array  # (8,) int32 column of car i (row i + 1)
     car_timer: jax.Array  # (8,) int32 steps until car i moves
     car_speed: jax.Array  # (8,) int32 signed: moves every |speed| + 1 steps; sign = direction
-    terminal: jax.Array  # bool
-    last_action: jax.Array  # int32 full-action index (sticky actions)
-    time: jax.Array  # int32 steps in this episode (the terminate timer)
 
 
 @struct.dataclass
-class EnvParams:
-    sticky_action_prob: float = 0.1
+class EnvParams(MinAtarParams):
     player_speed: int = 3
     time_limit: int = 2500
-    max_steps_in_episode: int = NO_TIME_LIMIT
 
 
 class CarDraws(NamedTuple):

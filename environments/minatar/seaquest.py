@@ -2,7 +2,7 @@
 
 Young & Tian (2019), "MinAtar: An Atari-Inspired Testbed for Thorough and Reproducible
 Reinforcement Learning Experiments". Rules follow `minatar/environments/seaquest.py`
-(MinAtar 1.0.15), which `tests/test_minatar_b.py` steps side by side. One step:
+(MinAtar 1.0.15), which `tests/test_minatar_seaquest.py` steps side by side. One step:
 
 1. when the enemy spawn timer is 0 it restarts at `e_spawn_speed` and an enemy (a sub with
    probability `sub_prob`, else a fish) appears on a uniform row 1..8, at the left edge
@@ -57,7 +57,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from .common import NO_TIME_LIMIT, MinAtarEnv, grid_mask
+from .common import MinAtarEnv, MinAtarParams, MinAtarState, grid_mask
 
 __all__ = ["EnvParams", "EnvState", "Seaquest", "SpawnDraws"]
 
@@ -70,7 +70,7 @@ _ENEMY_IDX = np.arange(MAX_ENEMIES, dtype=np.int32)
 
 
 @struct.dataclass
-class EnvState:
+class EnvState(MinAtarState):
     sub_x: jax.Array  # int32 column of the player's sub (its front)
     sub_y: jax.Array  # int32 row, 0 (surface) .. 8
     sub_right: jax.Array  # bool: facing right
@@ -100,14 +100,10 @@ class EnvState:
     move_speed: jax.Array  # int32
     ramp_index: jax.Array  # int32
     shot_timer: jax.Array  # int32: the player's gun
-    terminal: jax.Array  # bool
-    last_action: jax.Array  # int32 full-action index (sticky actions)
-    time: jax.Array  # int32
 
 
 @struct.dataclass
-class EnvParams:
-    sticky_action_prob: float = 0.1
+class EnvParams(MinAtarParams):
     difficulty_ramping: bool = True
     max_oxygen: int = 200
     init_spawn_speed: int = 20
@@ -121,7 +117,6 @@ class EnvParams:
     max_divers: int = 6
     spawn_left_prob: float = 0.5
     sub_prob: float = 1.0 / 3.0
-    max_steps_in_episode: int = NO_TIME_LIMIT
 
 
 class SpawnDraws(NamedTuple):

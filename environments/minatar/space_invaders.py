@@ -2,7 +2,7 @@
 
 Young & Tian (2019), "MinAtar: An Atari-Inspired Testbed for Thorough and Reproducible
 Reinforcement Learning Experiments". Rules follow `minatar/environments/space_invaders.py`
-(MinAtar 1.0.15), which `tests/test_minatar_b.py` steps side by side. One step:
+(MinAtar 1.0.15), which `tests/test_minatar_space_invaders.py` steps side by side. One step:
 
 1. `f` with a cold gun puts a bullet on the cannon's cell (row 9) and restarts the gun's
    cool-down; otherwise `l`/`r` move the cannon one column;
@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from .common import NO_TIME_LIMIT, MinAtarEnv, grid_mask
+from .common import MinAtarEnv, MinAtarParams, MinAtarState, grid_mask
 
 __all__ = ["EnvParams", "EnvState", "SpaceInvaders"]
 
@@ -46,7 +46,7 @@ _WAVE = (_ROWS[:, None] < 4) & (_COLS[None, :] >= 2) & (_COLS[None, :] < 8)  # a
 
 
 @struct.dataclass
-class EnvState:
+class EnvState(MinAtarState):
     pos: jax.Array  # int32 cannon column (row 9)
     alien_map: jax.Array  # (10, 10) bool
     f_bullet_map: jax.Array  # (10, 10) bool: friendly bullets
@@ -57,20 +57,15 @@ class EnvState:
     alien_shot_timer: jax.Array  # int32
     ramp_index: jax.Array  # int32
     shot_timer: jax.Array  # int32: the cannon's cool-down
-    terminal: jax.Array  # bool
-    last_action: jax.Array  # int32 full-action index (sticky actions)
-    time: jax.Array  # int32
 
 
 @struct.dataclass
-class EnvParams:
-    sticky_action_prob: float = 0.1
+class EnvParams(MinAtarParams):
     difficulty_ramping: bool = True
     shot_cool_down: int = 5
     enemy_move_interval: int = 12  # of the first wave
     min_enemy_move_interval: int = 6  # the ramp stops here
     enemy_shot_interval: int = 10
-    max_steps_in_episode: int = NO_TIME_LIMIT
 
 
 class SpaceInvaders(MinAtarEnv):

@@ -1,5 +1,5 @@
-"""What the misc environments share: range-checked `EnvParams`, argument checks, grid moves
-and the meta-RL bandit base class.
+"""What the misc environments share: range-checked `EnvParams`, grid cells and moves, and
+the meta-RL bandit base class.
 
 `params_dataclass` makes a flax struct dataclass whose `replace` checks every field declared
 with `bounded(...)` and then calls the class's `check_values()`, if any (cross-field rules).
@@ -22,6 +22,7 @@ import numpy as np
 from flax import struct
 
 from .. import spaces
+from ..checks import check_int
 from ..environment import Environment
 
 __all__ = [
@@ -29,11 +30,11 @@ __all__ = [
     "BanditState",
     "MetaBandit",
     "bounded",
-    "check_int",
     "check_params",
     "free_cells",
     "params_dataclass",
     "params_name",
+    "uniform_cell",
     "wall_step",
 ]
 
@@ -88,16 +89,15 @@ def params_dataclass(cls):
     return cls
 
 
-def check_int(owner: str, name: str, value: Any, minimum: int) -> int:
-    """Validates a shape-defining constructor argument of environment class `owner`."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{owner}: {name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
-
 def free_cells(walls: np.ndarray) -> np.ndarray:
     """(row, col) of every non-wall cell, row-major: an int32 array of shape (K, 2)."""
     return np.argwhere(~walls).astype(np.int32)
+
+
+def uniform_cell(key: jax.Array, cells: jax.Array, exclude: jax.Array) -> jax.Array:
+    """A uniformly drawn row of `cells` (K, 2) other than `exclude` (2,)."""
+    allowed = jnp.any(cells != exclude, axis=-1)
+    return cells[jax.random.choice(key, len(cells), p=allowed / allowed.sum())]
 
 
 def wall_step(walls: jax.Array, pos: jax.Array, direction: jax.Array):

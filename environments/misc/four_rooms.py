@@ -27,7 +27,7 @@ from flax import struct
 
 from .. import spaces
 from ..environment import Environment
-from .common import bounded, free_cells, params_dataclass, params_name, wall_step
+from .common import bounded, free_cells, params_dataclass, params_name, uniform_cell, wall_step
 
 LAYOUT = (
     "#############",
@@ -74,6 +74,7 @@ class FourRooms(Environment):
     """Four actions (0 left, 1 down, 2 right, 3 up) in the fixed four-room layout."""
 
     def __init__(self):
+        self.walls = WALLS  # (13, 13) bool numpy array: the layout
         self._walls = jnp.asarray(WALLS)
         self._cells = jnp.asarray(free_cells(WALLS))  # (104, 2)
 
@@ -81,16 +82,12 @@ class FourRooms(Environment):
     def default_params(self) -> EnvParams:
         return EnvParams()
 
-    def _uniform_cell(self, key, exclude):
-        allowed = jnp.any(self._cells != exclude, axis=-1)
-        return self._cells[jax.random.choice(key, len(self._cells), p=allowed / allowed.sum())]
-
     def reset_state(self, key, params):
         key_goal, key_start = jax.random.split(key)
         no_cell = jnp.array([-1, -1], jnp.int32)
-        goal = self._uniform_cell(key_goal, no_cell)
+        goal = uniform_cell(key_goal, self._cells, no_cell)
         goal = jnp.where(params.random_goal, goal, jnp.asarray(params.goal))
-        pos = self._uniform_cell(key_start, goal)
+        pos = uniform_cell(key_start, self._cells, goal)
         pos = jnp.where(params.random_start, pos, jnp.asarray(params.start))
         return EnvState(pos=pos.astype(jnp.int32), goal=goal.astype(jnp.int32), time=jnp.int32(0))
 

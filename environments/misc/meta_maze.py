@@ -26,8 +26,9 @@ import numpy as np
 from flax import struct
 
 from .. import spaces
+from ..checks import check_int
 from ..environment import Environment
-from .common import bounded, check_int, free_cells, params_dataclass, wall_step
+from .common import bounded, free_cells, params_dataclass, uniform_cell, wall_step
 
 
 def maze_walls(size: int) -> np.ndarray:
@@ -63,22 +64,19 @@ class MetaMaze(Environment):
         if size % 2 == 0:
             raise ValueError(f"MetaMaze: size must be odd (walls sit on even cells), got {size}")
         self.size = size
-        self._walls = jnp.asarray(maze_walls(size))
-        self._cells = jnp.asarray(free_cells(maze_walls(size)))
+        self.walls = maze_walls(size)  # (size, size) bool numpy array
+        self._walls = jnp.asarray(self.walls)
+        self._cells = jnp.asarray(free_cells(self.walls))
         self._centre = jnp.array([size // 2, size // 2], jnp.int32)
 
     @property
     def default_params(self) -> EnvParams:
         return EnvParams()
 
-    def _uniform_cell(self, key, exclude):
-        allowed = jnp.any(self._cells != exclude, axis=-1)
-        return self._cells[jax.random.choice(key, len(self._cells), p=allowed / allowed.sum())]
-
     def reset_state(self, key, params):
         return EnvState(
             pos=self._centre,
-            goal=self._uniform_cell(key, self._centre),
+            goal=uniform_cell(key, self._cells, self._centre),
             last_action=jnp.int32(-1),
             last_reward=jnp.float32(0.0),
             time=jnp.int32(0),
@@ -87,7 +85,7 @@ class MetaMaze(Environment):
     def transition(self, key, state, action, params):
         pos, bumped = wall_step(self._walls, state.pos, action)
         found = jnp.all(pos == state.goal)
-        pos = jnp.where(found, self._uniform_cell(key, state.goal), pos)
+        pos = jnp.where(found, uniform_cell(key, self._cells, state.goal), pos)
         penalty = jnp.where(bumped, params.wall_penalty, 0.0)
         reward = (jnp.where(found, params.goal_reward, 0.0) - penalty).astype(jnp.float32)
         next_state = state.replace(pos=pos, last_action=action, last_reward=reward)

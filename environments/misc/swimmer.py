@@ -45,8 +45,9 @@ import jax.numpy as jnp
 from flax import struct
 
 from .. import spaces
+from ..checks import check_int
 from ..environment import Environment
-from .common import bounded, check_int, params_dataclass
+from .common import bounded, params_dataclass
 
 
 @struct.dataclass

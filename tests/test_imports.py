@@ -1,15 +1,21 @@
-"""Importing popeval must not start JAX's backends: the CLI sets the CPU device count after
-importing popeval, and users may still configure JAX after `import popeval`."""
+"""Importing popeval must not start JAX's backends (the CLI sets the CPU device count after
+importing popeval, and users may still configure JAX after `import popeval`), nor load
+Pillow and the rendering package before something is drawn."""
 
 import subprocess
 import sys
 
 
-def test_import_popeval_does_not_initialise_jax_backends():
+def test_import_popeval_starts_no_backend_and_loads_no_pillow():
     code = (
         "import jax\n"
         "from jax._src import xla_bridge as xb\n"
-        "import popeval, popeval.environments, popeval.environments.rendering, popeval.cli\n"
+        "import sys\n"
+        "import popeval, popeval.environments, popeval.cli\n"
+        "assert 'PIL' not in sys.modules, 'importing popeval imported PIL'\n"
+        "assert 'popeval.environments.rendering' not in sys.modules\n"
+        "from popeval.environments import Visualizer, render\n"
+        "assert render.__module__ == Visualizer.__module__ == 'popeval.environments.rendering'\n"
         "assert not xb._backends, 'importing popeval initialised a JAX backend'\n"
         "jax.config.update('jax_num_cpu_devices', 3)\n"
         "assert jax.local_device_count() == 3\n"

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from popeval import normalization
+from popeval import layouts, normalization
 from popeval.environments import make, registered_envs
 from popeval.policies import LSTMPolicy, MLPPolicy
 from popeval.rollout import FitnessResult, RolloutWrapper
@@ -244,7 +244,7 @@ def test_compaction_stages_cartpole():
     env, params = make("CartPole-v1")
     policy, pop = mlp_population(env, params, 64, seed=7, hidden_sizes=(16,))
     w = RolloutWrapper(policy.apply, env_name="CartPole-v1")
-    assert w._stage_sizes(512) == [512, 128]
+    assert layouts.stage_sizes(512) == [512, 128]
     fit, traj = both(w, jax.random.split(jax.random.key(11), 8), pop)
     assert fit.returns.shape == (64, 8)
     assert_fitness_matches_rollout(fit, traj, "CartPole P=64 B=8")

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from popeval.environments import make, registered_envs

@@ -57,7 +57,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args, extra = _parser().parse_known_args(argv)
+    if argv[:1] == ["bench"]:  # every argument is the benchmark's, in its order
+        args, extra = argparse.Namespace(command="bench", args=list(argv[1:])), []
+    else:
+        args, extra = _parser().parse_known_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("jax").setLevel(logging.WARNING)
     from popeval import sharding

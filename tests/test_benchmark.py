@@ -4,7 +4,6 @@ documents (no speed asserts)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 
 ROW_KEYS = {"env", "pop_size", "num_rollouts", "num_env_steps", "impl", "compile_s", "time_s", "times_s",

@@ -152,3 +152,9 @@ def test_errors_exit_2_with_a_message(tmp_path, args, message):
     assert result.returncode == 2, result.stdout + result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr, result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]  # nothing written
+
+
+def test_bench_passes_its_arguments_through_in_order(tmp_path):
+    result = popeval("bench", "--out", tmp_path / "b.json", "--help", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "--max-mem-mb" in result.stdout and "--quick" in result.stdout

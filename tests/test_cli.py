@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import subprocess_env
+
 from popeval.environments import registered_envs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -27,9 +29,7 @@ def cores() -> int:
 
 def run(args: list, cwd: Path, timeout: float = 300, **env_vars) -> subprocess.CompletedProcess:
     """`args` in a fresh process with no device count chosen (unless given in `env_vars`)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES")}
-    env.update(JAX_PLATFORMS="cpu", WANDB_MODE="disabled", WANDB_SILENT="true", POPEVAL_CACHE_DIR="")
-    env.update(env_vars)
+    env = subprocess_env(**env_vars)
     return subprocess.run([str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=timeout)
 

@@ -6,10 +6,8 @@ command line: it SIGKILLs a run mid-way and resumes it.
 
 from __future__ import annotations
 
-import csv
 import json
 import logging
-import os
 import re
 import signal
 import subprocess
@@ -21,6 +19,7 @@ import numpy as np
 import pytest
 import wandb
 import yaml
+from conftest import read_metrics, subprocess_env
 from flax import serialization
 from PIL import Image
 
@@ -33,15 +32,6 @@ TINY = dict(
 QUIET = dict(wandb="disabled", progress=False)
 REQUIRED_COLUMNS = ["fitness/max", "fitness/mean", "fitness/min", "fitness/std", "best/fitness",
                     "eval/return", "steps/env_total", "steps/per_second", "nonfinite/count"]
-#: Columns that depend on wall time, not on the computation.
-TIMING_COLUMNS = {"steps/per_second", "time/elapsed"}
-
-
-def read_metrics(run_dir: Path) -> list[dict[str, str]]:
-    with open(run_dir / "metrics.csv", newline="") as f:
-        return list(csv.DictReader(f))
-
-
 def checkpoint_arrays(run_dir: Path) -> dict[str, np.ndarray]:
     """Every array of the checkpoint (strategy state, key, best params, ...), by path."""
     tree = serialization.msgpack_restore((run_dir / "checkpoint.msgpack").read_bytes())
@@ -280,9 +270,7 @@ def test_resume_with_another_config_and_reuse_of_a_run_dir_modify_nothing(base_r
 
 # ------------------------------------------------------------------ exact resume after SIGKILL
 def popeval_cli(args: list[str], cwd: Path, **kwargs) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES")}
-    env.update(JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="2", WANDB_MODE="disabled", WANDB_SILENT="true",
-               POPEVAL_CACHE_DIR="")
+    env = subprocess_env(JAX_NUM_CPU_DEVICES="2")
     return subprocess.Popen([sys.executable, "-m", "popeval", *args], cwd=cwd, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kwargs)
 
@@ -318,10 +306,9 @@ def test_killed_run_resumes_exactly(tmp_path):
     finish(popeval_cli(["evolve", "--resume", str(run_dir), "--quiet", "--wandb=disabled"], tmp_path))
     finish(reference)
 
-    resumed, full = read_metrics(run_dir), read_metrics(tmp_path / "full")
+    resumed, full = read_metrics(run_dir, timing=False), read_metrics(tmp_path / "full", timing=False)
     assert [int(r["generation"]) for r in resumed] == list(range(1, generations + 1))
-    strip = lambda rows: [{k: v for k, v in r.items() if k not in TIMING_COLUMNS} for r in rows]  # noqa: E731
-    assert strip(resumed) == strip(full)
+    assert resumed == full
     assert_same_checkpoint(run_dir, tmp_path / "full")
     a, b = (json.loads((d / "result.json").read_text()) for d in (run_dir, tmp_path / "full"))
     for k in ("generations", "env_steps", "best_fitness", "mean_policy_return", "best_policy_return"):

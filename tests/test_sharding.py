@@ -11,7 +11,6 @@ statistics) and the final evaluations must be identical.
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import subprocess
@@ -20,6 +19,7 @@ import textwrap
 
 import numpy as np
 import pytest
+from conftest import read_metrics, subprocess_env
 from flax import serialization
 
 DEVICE_COUNTS = (1, 2, 4)
@@ -32,7 +32,6 @@ CONFIGS = {
     "cma_es_obs_norm": {**TINY, "env_name": "CartPole-v1", "strategy": "cma_es", "obs_normalization": True,
                         "common_random_numbers": False, "seed": 3},
 }
-TIMING_COLUMNS = {"steps/per_second", "time/elapsed"}
 RESULT_KEYS = ("generations", "env_steps", "best_fitness", "mean_policy_return", "best_policy_return")
 
 SCRIPT = textwrap.dedent("""
@@ -52,8 +51,7 @@ def flatten(tree, prefix=""):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """`{devices: directory}`: the configs run once per device count (processes in parallel)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES")}
-    env.update(JAX_PLATFORMS="cpu", WANDB_MODE="disabled")
+    env = subprocess_env()
     dirs, procs = {}, {}
     for n in DEVICE_COUNTS:
         dirs[n] = tmp_path_factory.mktemp(f"devices{n}")
@@ -77,8 +75,7 @@ def test_devices_used_as_asked(runs, name):
 @pytest.mark.parametrize("name", CONFIGS)
 def test_metrics_identical_across_device_counts(runs, name):
     def rows(n):
-        with open(runs[n] / name / "metrics.csv", newline="") as f:
-            return [{k: v for k, v in r.items() if k not in TIMING_COLUMNS} for r in csv.DictReader(f)]
+        return read_metrics(runs[n] / name, timing=False)
 
     reference = rows(1)
     assert len(reference) == TINY["num_generations"]

@@ -284,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         "memory_check": mem,
     }
     print(format_table(rows))
+    print("" if _gymnax()[0] else "gymnax and evosax rows are missing: pip install 'popeval[bench]' adds them")
     if mem is not None:
         print(format_memory(mem))
     if load is not None:

@@ -28,29 +28,44 @@ __all__ = ["main"]
 log = logging.getLogger("popeval")
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="popeval", description=__doc__.split("\n\n")[0])
+def _config_keys(help_asked: bool) -> str | None:
+    if not help_asked:  # importing the strategies costs a second: only for --help
+        return None
+    from popeval.strategies.config import describe_fields
+
+    return ("config keys (in the YAML file, or --key=value in YAML syntax, e.g. --pop_size=128 "
+            "'--strategy_kwargs={learning_rate: 0.03}'):\n" + describe_fields())
+
+
+def _parser(help_asked: bool = False) -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", help="show the traceback of an error")
+    p = argparse.ArgumentParser(prog="popeval", description=__doc__.split("\n\n")[0], parents=[common])
     sub = p.add_subparsers(dest="command", required=True)
-    e = sub.add_parser("evolve", help="evolve a controller from a YAML config")
-    e.add_argument("--config", help="YAML config (experiments/configs/*.yaml)")
+    e = sub.add_parser("evolve", help="evolve a controller from a YAML config and/or --key=value settings",
+                       parents=[common],
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_config_keys(help_asked))
+    e.add_argument("--config", help="YAML config (experiments/configs/*.yaml); without it, the defaults")
     e.add_argument("--run_dir", "--run-dir", help="the new run's directory (default runs/<env>-...)")
     e.add_argument("--resume", help="continue the run in this directory")
     e.add_argument("--quiet", action="store_true", help="no progress bar")
     e.add_argument("--wandb", choices=["auto", "disabled", "offline", "online"], default="auto",
                    help="W&B mode (auto: online with an API key, else offline)")
     e.add_argument("--wandb_project", "--wandb-project", default="popeval")
-    v = sub.add_parser("eval", help="returns of a saved controller")
+    v = sub.add_parser("eval", help="returns of a saved controller", parents=[common])
     v.add_argument("run_dir")
     v.add_argument("--episodes", type=int, default=64)
-    v.add_argument("--which", choices=["best", "mean"], default="best")
+    v.add_argument("--which", choices=["best", "mean"], default=None,
+                   help="the policy (default: mean for distribution-based strategies, else best)")
     v.add_argument("--seed", type=int, default=12345)
-    sub.add_parser("list-envs", help="registered environment ids")
+    sub.add_parser("list-envs", help="registered environment ids", parents=[common])
     b = sub.add_parser("bench", help="the population-evaluation benchmark (popeval.benchmark)", add_help=False)
     b.add_argument("args", nargs=argparse.REMAINDER)
-    r = sub.add_parser("render", help="GIF of a saved controller")
+    r = sub.add_parser("render", help="GIF of a saved controller", parents=[common])
     r.add_argument("run_dir")
     r.add_argument("--out", default=None)
-    r.add_argument("--which", choices=["best", "mean"], default="best")
+    r.add_argument("--which", choices=["best", "mean"], default=None,
+                   help="the policy (default: mean for distribution-based strategies, else best)")
     r.add_argument("--seed", type=int, default=0)
     return p
 
@@ -60,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["bench"]:  # every argument is the benchmark's, in its order
         args, extra = argparse.Namespace(command="bench", args=list(argv[1:])), []
     else:
-        args, extra = _parser().parse_known_args(argv)
+        args, extra = _parser("-h" in argv or "--help" in argv).parse_known_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("jax").setLevel(logging.WARNING)
     from popeval import sharding
@@ -76,9 +91,27 @@ def main(argv: list[str] | None = None) -> int:
         if extra and args.command not in ("evolve", "eval", "render", "bench"):
             raise ValueError(f"unrecognised arguments: {' '.join(extra)}")
         return _COMMANDS[args.command](args, extra)
-    except (ValueError, TypeError, FileNotFoundError) as e:
-        print(f"popeval {args.command}: error: {e}", file=sys.stderr)
+    except KeyboardInterrupt as e:  # strategies.evolve.RunInterrupted says what was saved
+        print(f"popeval {args.command}: {e or 'interrupted'}", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - one line for the user; --debug for the traceback
+        if getattr(args, "debug", False):
+            raise
+        print(f"popeval {args.command}: error: {_one_line(e)}", file=sys.stderr)
         return 2
+
+
+def _one_line(e: BaseException) -> str:
+    """What went wrong, in one line."""
+    if isinstance(e, OSError) and e.strerror:
+        where = f": {e.filename}" if e.filename else ""
+        return f"{e.strerror}{where}"
+    text = " ".join(str(e).split()) or type(e).__name__
+    if isinstance(e, MemoryError) or "RESOURCE_EXHAUSTED" in text or "Out of memory" in text:
+        return f"out of memory ({text[:300]}); try a smaller pop_size or num_rollouts"
+    if isinstance(e, (ValueError, TypeError, FileNotFoundError, KeyError)):
+        return text
+    return f"{type(e).__name__}: {text[:500]} (--debug shows the traceback)"
 
 
 def run() -> None:
@@ -123,14 +156,18 @@ def _evolve(args, extra) -> int:
     os.environ.setdefault("WANDB_SILENT", "true")
     options = RunOptions(run_dir=args.run_dir, resume=args.resume, wandb=args.wandb,
                          wandb_project=args.wandb_project, progress=False if args.quiet else None)
-    if args.config:
-        config = load_config(args.config, extra)
-    elif args.resume:
+    if args.resume and not args.config:
         config = read_config(args.resume, parse_overrides(extra))
+    elif args.config or extra:
+        config = load_config(args.config, extra)  # no --config: the defaults and the overrides
     else:
-        raise ValueError("evolve needs --config (or --resume RUN_DIR)")
+        raise ValueError("evolve needs --config FILE and/or --key=value settings (or --resume RUN_DIR); "
+                         "see popeval evolve --help")
     summary = evolve(config, options)
     print(json.dumps(summary, indent=2))
+    if summary.get("stopped"):
+        print(f"popeval evolve: stopped: {summary['stopped']}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -140,11 +177,13 @@ def _eval(args, extra) -> int:
 
     from popeval.strategies import load_policy
 
-    run, params, obs_stats = load_policy(args.run_dir, args.which, extra)
+    if args.episodes < 1:
+        raise ValueError(f"--episodes must be >= 1, got {args.episodes}")
+    run, params, obs_stats, which = load_policy(args.run_dir, args.which, extra)
     keys = jax.random.split(jax.random.key(args.seed), args.episodes)
     result = run.manager.population_fitness(keys, jax.tree.map(lambda x: x[None], params), obs_stats=obs_stats)
     returns = result.returns[0]
-    out = {"run_dir": args.run_dir, "policy": args.which, "episodes": args.episodes,
+    out = {"run_dir": args.run_dir, "policy": which, "episodes": args.episodes,
            "mean_return": float(jnp.mean(returns)), "std_return": float(jnp.std(returns)),
            "min_return": float(jnp.min(returns)), "max_return": float(jnp.max(returns))}
     print(json.dumps(out, indent=2))
@@ -168,7 +207,8 @@ def _render(args, extra) -> int:
     from popeval import visualize
     from popeval.strategies import load_policy
 
-    run, params, obs_stats = load_policy(args.run_dir, args.which, extra)
+    run, params, obs_stats, which = load_policy(args.run_dir, args.which, extra)
+    log.info("drawing the %s policy of %s", which, args.run_dir)
     out = args.out or str(Path(args.run_dir) / "policy.gif")
     frames = visualize.render_policy(run.manager, params, obs_stats=obs_stats, seed=args.seed)
     visualize.save_gif(frames, out)

@@ -134,8 +134,8 @@ class RolloutWrapper:
                     f"{limit}); pass num_env_steps"
                 )
             num_env_steps = limit
-        if int(num_env_steps) <= 0:
-            raise ValueError(f"num_env_steps must be a positive integer, got {num_env_steps}")
+        if isinstance(num_env_steps, bool) or not isinstance(num_env_steps, (int, np.integer)) or num_env_steps <= 0:
+            raise ValueError(f"num_env_steps must be a positive integer, got {num_env_steps!r}")
         self.num_env_steps = int(num_env_steps)
 
         obs, _ = jax.eval_shape(partial(reset_env, env), jax.random.key(0), self.default_env_params)

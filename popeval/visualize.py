@@ -16,6 +16,7 @@ import jax
 import numpy as np
 
 from popeval.environments.rendering import render, save_gif
+from popeval.environments.rendering.kit import caption
 
 __all__ = ["policy_episode", "render_policy", "save_gif"]
 
@@ -27,7 +28,7 @@ def policy_episode(manager, params: Any, env_params: Any = None, obs_stats: Any 
 
 
 def render_policy(manager, params: Any, env_params: Any = None, obs_stats: Any = None, seed: int = 0,
-                  max_steps: int | None = None) -> list[np.ndarray]:
+                  max_steps: int | None = None, captions: bool = True) -> list[np.ndarray]:
     """One frame per state of `policy_episode(...)`: the reset state, then one per step.
 
     Args:
@@ -37,7 +38,13 @@ def render_policy(manager, params: Any, env_params: Any = None, obs_stats: Any =
         obs_stats: observation statistics, required when the manager normalises.
         seed: the episode is `manager.single_rollout(jax.random.key(seed), params, ...)`'s.
         max_steps: the most steps to draw (default `manager.num_env_steps`).
+        captions: a strip above each frame with the environment, the step and the return so
+            far, as `Visualizer` draws them.
     """
-    states, _ = policy_episode(manager, params, env_params, obs_stats, seed, max_steps)
+    states, rewards = policy_episode(manager, params, env_params, obs_stats, seed, max_steps)
     env_params = manager.env_params if env_params is None else env_params
-    return render(manager.env, env_params, states)
+    frames = render(manager.env, env_params, states)
+    if not captions:
+        return frames
+    returns = np.concatenate([[0.0], np.cumsum(rewards)])
+    return [caption(f, f"{manager.env_name}  t={t}  R={returns[t]:.2f}") for t, f in enumerate(frames)]

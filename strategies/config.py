@@ -22,6 +22,9 @@ from popeval.environments.registry import did_you_mean
 
 __all__ = ["EvolveConfig", "RunOptions", "load_config", "parse_overrides", "config_from_dict"]
 
+#: The MLP's hidden activations (`popeval.policies`).
+_ACTIVATIONS = ("tanh", "relu", "elu", "gelu", "sigmoid", "silu", "leaky_relu")
+
 #: Keys that configs saved by popeval 0.1 carry but that describe a run, not the experiment;
 #: loading a saved run ignores them.
 LEGACY_RUN_KEYS = frozenset({"run_dir", "resume", "wandb", "wandb_project", "quiet", "budget"})
@@ -54,6 +57,18 @@ class EvolveConfig:
     checkpoint_every: int = 10
 
     def __post_init__(self):
+        for f in dataclasses.fields(self):  # the Python API checks what YAML and the CLI check
+            object.__setattr__(self, f.name, _check_type(f.name, getattr(self, f.name)))
+        if not -(2**31) <= self.seed < 2**31:
+            raise ValueError(f"seed must fit in int32 ([-2**31, 2**31)), got {self.seed}")
+        if any(h < 1 for h in self.hidden_sizes) or not all(isinstance(h, int) and not isinstance(h, bool)
+                                                             for h in self.hidden_sizes):
+            raise ValueError(f"hidden_sizes must be positive integers, got {list(self.hidden_sizes)}")
+        if self.activation not in _ACTIVATIONS:
+            raise ValueError(f"activation must be one of {list(_ACTIVATIONS)}, got {self.activation!r}"
+                             + did_you_mean(self.activation, _ACTIVATIONS))
+        if self.num_env_steps is not None and self.num_env_steps < 1:
+            raise ValueError(f"num_env_steps must be >= 1 or null, got {self.num_env_steps}")
         if self.pop_size < 2:
             raise ValueError(f"pop_size must be >= 2, got {self.pop_size}")
         if self.num_rollouts < 1 or self.num_generations < 1:
@@ -64,13 +79,50 @@ class EvolveConfig:
             raise ValueError(f"an LSTM policy has one hidden size (hidden_sizes: [n]), got {list(self.hidden_sizes)}")
         if self.eval_every < 1 or self.checkpoint_every < 1 or self.eval_episodes < 1:
             raise ValueError("eval_every, checkpoint_every and eval_episodes must be >= 1")
-        object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
 
     def to_dict(self) -> dict:
         """The JSON-able form saved as a run's `config.json`."""
         d = dataclasses.asdict(self)
         d["hidden_sizes"] = list(self.hidden_sizes)
         return d
+
+
+#: One line per `EvolveConfig` key (`popeval evolve --help` lists them).
+FIELD_HELP = {
+    "env_name": "a registered environment id (popeval list-envs)",
+    "env_kwargs": "environment constructor arguments or EnvParams fields, e.g. {max_steps_in_episode: 200}",
+    "num_env_steps": "steps per episode (null: the environment's episode limit)",
+    "policy": "mlp or lstm",
+    "hidden_sizes": "hidden layer sizes of the MLP, or [n] for an LSTM of n units",
+    "activation": "the MLP's hidden activation (tanh, relu, elu, gelu, sigmoid, silu, leaky_relu)",
+    "strategy": "an evosax algorithm or alias (openai_es, cma_es, snes, pgpe, simple_ga, ...)",
+    "strategy_kwargs": "strategy settings, e.g. {learning_rate: 0.05, std_init: 0.1}",
+    "fitness_shaping": "centered_rank, z_score or none",
+    "pop_size": "population size",
+    "num_rollouts": "episodes per member per generation",
+    "num_generations": "generations to run (raise it to extend a finished run)",
+    "common_random_numbers": "all members play the same episodes in a generation",
+    "obs_normalization": "normalise observations with running statistics",
+    "compaction": "gather still-running episodes into smaller batches as others end",
+    "seed": "the run's seed (int32)",
+    "target": "population mean fitness that counts as solved (null: none)",
+    "stop_at_target": "stop at the first generation that reaches the target",
+    "eval_every": "evaluate the mean and best policy every N generations",
+    "eval_episodes": "episodes of each evaluation",
+    "checkpoint_every": "checkpoint every N generations (and when the run stops)",
+}
+
+
+def describe_fields() -> str:
+    """Every config key with its type, default and one line."""
+    hints = typing.get_type_hints(EvolveConfig)
+    lines = []
+    for f in dataclasses.fields(EvolveConfig):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        args = typing.get_args(hints[f.name]) or (hints[f.name],)
+        kind = " or ".join("null" if a is type(None) else a.__name__ for a in args)
+        lines.append(f"  {f.name} ({kind}, default {default!r}): {FIELD_HELP[f.name]}")
+    return "\n".join(lines)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,7 +192,7 @@ def config_from_dict(data: dict) -> EvolveConfig:
     for k in data:
         if k not in fields:
             raise ValueError(f"unknown config key {k!r}" + did_you_mean(k, fields))
-    return EvolveConfig(**{k: _check_type(k, v) for k, v in data.items()})
+    return EvolveConfig(**data)
 
 
 def load_config(path: str | os.PathLike | None = None, overrides: list[str] | dict | None = None) -> EvolveConfig:
@@ -151,7 +203,10 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | di
     """
     data: dict = {}
     if path is not None:
-        data = yaml.safe_load(Path(path).read_text()) or {}
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except (yaml.YAMLError, UnicodeDecodeError) as e:
+            raise ValueError(f"{path}: not a readable YAML config ({' '.join(str(e).split())[:200]})") from None
         if not isinstance(data, dict):
             raise ValueError(f"{path}: a config file holds a mapping of keys to values")
     data.update(overrides if isinstance(overrides, dict) else parse_overrides(overrides or []))

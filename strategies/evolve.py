@@ -34,23 +34,25 @@ import numpy as np
 
 from popeval import checkpoint, compiler, sharding
 from popeval import keys as keys_lib
-from popeval.sinks import CSVSink, PlotSink, ProgressSink, RunInfo, Sink, WandbSink
+from popeval.sinks import CSVSink, LogSink, PlotSink, ProgressSink, RunInfo, Sink, WandbSink
 
 from . import run_dir as run_dir_lib
 from .config import EvolveConfig, RunOptions
 from .programs import build, eval_fn, generation_fn, init_fn, init_state
 
-__all__ = ["evolve", "default_sinks"]
+__all__ = ["evolve", "default_sinks", "RunInterrupted"]
 
 log = logging.getLogger("popeval")
 
 
 def default_sinks(options: RunOptions) -> list[Sink]:
-    """`metrics.csv`, `fitness.png`, W&B as `options.wandb` says, and a progress bar when
-    `options.progress` (default: when stderr is a terminal)."""
+    """`metrics.csv`, `fitness.png`, W&B as `options.wandb` says, and progress: a bar on a
+    terminal, a log line every 30 s otherwise (`options.progress=False`: neither)."""
     sinks: list[Sink] = [CSVSink(), PlotSink(), WandbSink(options.wandb, options.wandb_project)]
-    show = sys.stderr.isatty() if options.progress is None else options.progress
-    return sinks + [ProgressSink()] if show else sinks
+    if options.progress is False:
+        return sinks
+    bar = sys.stderr.isatty() if options.progress is None else True
+    return sinks + [ProgressSink() if bar else LogSink()]
 
 
 class _Startup:
@@ -94,6 +96,15 @@ class _Startup:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a run; its state up to `generation` is saved in `run_dir`."""
+
+    def __init__(self, run_dir: Path, generation: int):
+        super().__init__(f"interrupted; saved generation {generation}; resume with "
+                         f"popeval evolve --resume {run_dir}")
+        self.run_dir, self.generation = run_dir, generation
+
+
 def evolve(config: EvolveConfig | None = None, options: RunOptions | None = None, *,
            sinks: Sequence[Sink] | None = None) -> dict:
     """Runs (or resumes) an experiment; returns a summary dict (also in `RUN/result.json`).
@@ -103,34 +114,50 @@ def evolve(config: EvolveConfig | None = None, options: RunOptions | None = None
         options: how this run is run (run directory, resume, W&B, progress).
         sinks: where metrics go (default `default_sinks(options)`); each is started, logged to
             and closed by the loop, which closes them also when the run fails.
+
+    A resumed run that is complete (all its generations run, or its target reached with
+    `stop_at_target`) changes nothing and returns its summary, unless `num_generations` was
+    raised. When the strategy state becomes non-finite (a diverging strategy), the run stops
+    before that generation: the last checkpoint holds the last finite state, and the summary
+    says why it stopped (`stopped`).
     """
     t_start = time.perf_counter()
     options = RunOptions() if options is None else options
     run = build(config) if config is not None else None  # a bad config fails before any write
-    run_dir, resuming, config = run_dir_lib.prepare(config, options)
-    run = build(config) if run is None else run
-    sinks = default_sinks(options) if sinks is None else list(sinks)
-    devices = sharding.num_devices()
-    seed = np.int32(config.seed)
-    step = sharding.Replicated(generation_fn(run, config, devices), devices)
-    evaluate = eval_fn(run, config)
-    spec = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), jax.eval_shape(init_fn(run, config), seed))
-    meta: dict = {"generation": 0, "env_steps": 0, "wandb_id": None, "solved_at": None}
+    prepared = run_dir_lib.prepare(config, options)
+    run_dir, resuming, config = prepared.run_dir, prepared.resuming, prepared.config
+    meta: dict = {"generation": 0, "env_steps": 0, "elapsed_seconds": 0.0, "wandb_id": None, "solved_at": None}
     if resuming:
-        meta = checkpoint.load_meta(run_dir)
-    start_gen = int(meta["generation"])
-    info = RunInfo(run_dir=run_dir, name=run_dir.name, title=f"{config.env_name} / {run.strategy.name}",
-                   config=config.to_dict(), start_generation=start_gen,
-                   num_generations=config.num_generations, meta=meta)
-    startup = _Startup(step, evaluate, spec, seed, sinks, info)
-    gen, stacked, state = start_gen, None, None
+        meta = {**meta, **checkpoint.load_meta(run_dir)}
+        done = _complete(meta, config, prepared.saved)
+        if done:
+            log.info("run %s is complete (%s); nothing to do (raise num_generations to continue it)", run_dir, done)
+            return run_dir_lib.read_result(run_dir) or {"run_dir": str(run_dir), "generations": meta["generation"]}
+    run = build(config) if run is None else run
+    lock = run_dir_lib.open_run(prepared)
+    startup = None
+    sinks = default_sinks(options) if sinks is None else list(sinks)
+    start_gen, elapsed0 = int(meta["generation"]), float(meta.get("elapsed_seconds") or 0.0)
+    solved_before = meta.get("solved_at") is not None
+    gen, stacked, state, stopped = start_gen, None, None, None
+    elapsed = lambda: elapsed0 + time.perf_counter() - t_start  # noqa: E731 - cumulative over resumptions
     try:
+        devices = sharding.num_devices()
+        seed = np.int32(config.seed)
+        step = sharding.Replicated(generation_fn(run, config, devices), devices)
+        spec = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
+                            jax.eval_shape(init_fn(run, config), seed))
+        log.info("run %s: %s on %s, pop %d x %d rollouts, %d device(s)%s", run_dir, run.strategy.name,
+                 config.env_name, config.pop_size, config.num_rollouts, devices,
+                 f" (resumed at generation {start_gen})" if resuming else "")
+        info = RunInfo(run_dir=run_dir, name=run_dir.name, title=f"{config.env_name} / {run.strategy.name}",
+                       config=config.to_dict(), start_generation=start_gen,
+                       num_generations=config.num_generations, meta=meta, target=config.target)
+        startup = _Startup(step, eval_fn(run, config), spec, seed, sinks, info)
         state = init_state(run, config)
         if resuming:
             state, _ = checkpoint.load(run_dir, state)
         stacked, stacked_seed = step.replicate(state), step.replicate(seed)
-        log.info("run %s: %s on %s, pop %d x %d rollouts, %d device(s)%s", run_dir, run.strategy.name,
-                 config.env_name, config.pop_size, config.num_rollouts, devices, " (resumed)" if resuming else "")
         compile_time = None
         t0 = time.perf_counter()
         startup.generation.result()
@@ -149,12 +176,13 @@ def evolve(config: EvolveConfig | None = None, options: RunOptions | None = None
             metrics.update({"generation": gen + 1, "steps/env_total": meta["env_steps"] + gen_steps,
                             "steps/per_second": gen_steps / max(dt, 1e-9)})
             metrics["eval/return"] = metrics["eval/best_return"] = math.nan
-            if (gen + 1) % config.eval_every == 0 or gen + 1 == config.num_generations:
+            diverged = metrics["nonfinite/state"] > 0
+            if not diverged and ((gen + 1) % config.eval_every == 0 or gen + 1 == config.num_generations):
                 state = step.first(new)
                 returns = startup.evaluate(state.strategy, state.best_params, state.obs_stats, seed,
                                            np.int32(gen + 1))
                 metrics["eval/return"], metrics["eval/best_return"] = np.asarray(returns).mean(axis=1).tolist()
-            metrics["time/elapsed"] = time.perf_counter() - t_start
+            metrics["time/elapsed"] = elapsed()
             solved = config.target is not None and metrics["fitness/mean"] >= config.target
             solved_at = meta.get("solved_at")
             if solved and solved_at is None:
@@ -162,22 +190,35 @@ def evolve(config: EvolveConfig | None = None, options: RunOptions | None = None
             startup.wait_for_sinks()
             for sink in sinks:
                 sink.log(gen + 1, metrics)
+            if diverged:
+                stopped = (f"the strategy state became non-finite at generation {gen + 1} "
+                           f"({int(metrics['nonfinite/state'])} values); kept generation {gen}")
+                log.warning("run %s: %s. Its settings diverge (e.g. a too large std_init or learning_rate).",
+                            run_dir, stopped)
+                break
             # What a checkpoint saves moves together, after the generation is logged.
             gen, stacked = gen + 1, new
-            meta.update(generation=gen, env_steps=metrics["steps/env_total"], solved_at=solved_at)
+            meta.update(generation=gen, env_steps=metrics["steps/env_total"], solved_at=solved_at,
+                        elapsed_seconds=metrics["time/elapsed"])
             if gen % config.checkpoint_every == 0:
                 state = step.first(stacked)
                 checkpoint.save(run_dir, state, meta)
-            if solved and config.stop_at_target:
+            if solved and config.stop_at_target and not solved_before:
                 break
         if gen > start_gen:
             state = step.first(stacked)
         mean_returns, best_returns = np.asarray(startup.evaluate(
             state.strategy, state.best_params, state.obs_stats, seed, np.int32(keys_lib.FINAL_EVALUATION)))
+    except KeyboardInterrupt:
+        raise RunInterrupted(run_dir, gen) from None
     finally:
-        if gen > start_gen:
-            checkpoint.save(run_dir, step.first(stacked), meta)
-        _close(sinks, startup)
+        try:
+            if gen > start_gen:
+                meta["elapsed_seconds"] = elapsed()
+                checkpoint.save(run_dir, step.first(stacked), meta)
+        finally:
+            _close(sinks, startup)
+            lock.release()
 
     summary = {
         "env_name": config.env_name,
@@ -189,19 +230,32 @@ def evolve(config: EvolveConfig | None = None, options: RunOptions | None = None
         "eval_episodes": config.eval_episodes,
         "best_fitness": float(state.best_fitness),
         "solved_at": meta.get("solved_at"),
-        "wall_seconds": time.perf_counter() - t_start,
+        "wall_seconds": elapsed(),
         "first_generation_seconds": compile_time,
         "devices": devices,
         "run_dir": str(run_dir),
     }
-    run_dir_lib.write_result(Path(run_dir), summary)
-    return summary
+    if stopped:
+        summary["stopped"] = stopped
+    return run_dir_lib.write_result(Path(run_dir), summary)
 
 
-def _close(sinks: Sequence[Sink], startup: _Startup) -> None:
+def _complete(meta: dict, config: EvolveConfig, saved: EvolveConfig | None) -> str | None:
+    """Why a resumed run has nothing left to do, or None."""
+    gen = int(meta["generation"])
+    if gen >= config.num_generations:
+        return f"generation {gen} of {config.num_generations}"
+    raised = saved is not None and config.num_generations > saved.num_generations
+    if config.stop_at_target and meta.get("solved_at") and not raised:
+        return f"its target {config.target} was reached at generation {meta['solved_at']['generation']}"
+    return None
+
+
+def _close(sinks: Sequence[Sink], startup: _Startup | None) -> None:
     """Joins the start-up threads, then closes every sink (a failing close is logged)."""
     try:
-        startup.close()
+        if startup is not None:
+            startup.close()
     finally:
         for sink in sinks:
             try:

@@ -132,6 +132,9 @@ def generation_fn(run: Run, config: EvolveConfig, devices: int):
             "fitness/std": jnp.nanstd(masked),
             "best/fitness": best_fitness,
             "steps/generation": jnp.sum(steps).astype(jnp.float32),
+            # The distribution's mean (the policy a run ships): a NaN there poisons every later
+            # generation, while argmax policies can still turn it into finite returns.
+            "nonfinite/state": _count_nonfinite(run.strategy.mean(strategy_state)),
             **tell_metrics,
         }
         new = EvolveState(
@@ -141,6 +144,12 @@ def generation_fn(run: Run, config: EvolveConfig, devices: int):
         return new, metrics
 
     return generation
+
+
+def _count_nonfinite(tree: Any) -> jax.Array:
+    """Non-finite values among the floating-point leaves of `tree` (int32)."""
+    counts = [jnp.sum(~jnp.isfinite(x)) for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
+    return sum(counts, jnp.int32(0)).astype(jnp.int32)
 
 
 def eval_fn(run: Run, config: EvolveConfig):

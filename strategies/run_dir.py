@@ -7,22 +7,25 @@
     RUN/fitness.png         the fitness curves (popeval.sinks.PlotSink)
     RUN/result.json         the summary, written when the run ends
     RUN/wandb/              W&B's files (offline runs: RUN/wandb/offline-run-*)
+    RUN/.lock               held by the process running the run (see `Lock`)
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from popeval import checkpoint
 
 from .config import LEGACY_RUN_KEYS, EvolveConfig, RunOptions, config_from_dict, parse_overrides
 from .programs import Run, build, init_state
 
-__all__ = ["CONFIG", "RESULT", "prepare", "read_config", "write_result", "load_policy", "EVAL_OVERRIDES"]
+__all__ = ["CONFIG", "RESULT", "Lock", "Prepared", "prepare", "open_run", "read_config", "write_result",
+           "read_result", "load_policy", "EVAL_OVERRIDES"]
 
 CONFIG = "config.json"
 RESULT = "result.json"
@@ -47,43 +50,124 @@ def _default_dir(config: EvolveConfig) -> Path:
     return Path(f"runs/{config.env_name}-{config.strategy}-seed{config.seed}-{stamp}")
 
 
-def prepare(config: EvolveConfig | None, options: RunOptions) -> tuple[Path, bool, EvolveConfig]:
-    """`(run_dir, resuming, config)`: checks a resumption against the saved experiment, or
-    creates a new run directory holding `config.json`. Writes nothing when it raises."""
+class Lock:
+    """An exclusive lock on a run directory (`fcntl.flock` on `RUN/.lock`), held while one
+    process runs it. The operating system releases it when the process ends, however it ends,
+    so a killed run never blocks a later resume."""
+
+    FILE = ".lock"
+
+    def __init__(self, run_dir: Path):
+        import fcntl
+
+        self._file = open(run_dir / self.FILE, "a+")
+        try:
+            fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._file.seek(0)
+            holder = self._file.read().strip() or "?"
+            self._file.close()
+            raise ValueError(f"run directory {run_dir} is in use by another popeval process (pid {holder})") from None
+        self._file.seek(0)
+        self._file.truncate()
+        self._file.write(str(os.getpid()))
+        self._file.flush()
+
+    def release(self) -> None:
+        if not self._file.closed:
+            self._file.close()  # closing the file releases the lock
+
+
+class Prepared(NamedTuple):
+    run_dir: Path
+    resuming: bool  # there is a checkpoint to continue from
+    config: EvolveConfig
+    saved: EvolveConfig | None  # the experiment as saved in RUN/config.json (when resuming)
+
+
+def prepare(config: EvolveConfig | None, options: RunOptions) -> Prepared:
+    """Checks a resumption against the saved experiment, or checks a new run directory, and
+    names the run directory. Writes nothing (see `open_run`)."""
     if options.resume:
         run_dir = Path(options.resume)
-        if not checkpoint.exists(run_dir) or not (run_dir / CONFIG).is_file():
-            raise ValueError(f"--resume {run_dir}: not a popeval run directory (no checkpoint found)")
+        if not (run_dir / CONFIG).is_file():
+            raise ValueError(f"--resume {run_dir}: not a popeval run directory (no {CONFIG})")
         saved = read_config(run_dir)
-        if config is None:
-            return run_dir, True, saved
-        mine, theirs = config.to_dict(), saved.to_dict()
-        diff = sorted(k for k in mine if k not in RESUME_OVERRIDES and mine[k] != theirs[k])
-        if diff:
-            raise ValueError(f"--resume {run_dir}: the run was made with another config (differs in {diff})")
-        return run_dir, True, config
+        if config is not None:
+            mine, theirs = config.to_dict(), saved.to_dict()
+            diff = sorted(k for k in mine if k not in RESUME_OVERRIDES and mine[k] != theirs[k])
+            if diff:
+                raise ValueError(f"--resume {run_dir}: the run was made with another config (differs in {diff})")
+        # A run stopped before its first checkpoint starts again from generation 0.
+        return Prepared(run_dir, checkpoint.exists(run_dir), config or saved, saved)
     if config is None:
         raise ValueError("evolve needs a config (or RunOptions(resume=RUN_DIR))")
     run_dir = Path(options.run_dir) if options.run_dir else _default_dir(config)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ValueError(f"run directory {run_dir} is a file")
     if run_dir.exists() and any(run_dir.iterdir()):
-        raise ValueError(f"run directory {run_dir} is not empty; pass resume={run_dir} to continue it")
+        if checkpoint.exists(run_dir) or not (run_dir / CONFIG).is_file():
+            raise ValueError(f"run directory {run_dir} is not empty; pass resume={run_dir} to continue it")
+        # A popeval run that stopped before its first checkpoint: nothing in it to keep.
+    return Prepared(run_dir, False, config, None)
+
+
+#: Files a run writes, which a fresh start over a run without a checkpoint replaces.
+RUN_FILES = (CONFIG, RESULT, "metrics.csv", "metrics.csv.tmp", "fitness.png", checkpoint.META,
+             checkpoint.META + ".tmp", checkpoint.CHECKPOINT + ".tmp")
+
+
+def open_run(prepared: Prepared) -> Lock:
+    """Creates the run directory, takes its lock and, for a new run, writes `config.json`."""
+    run_dir = prepared.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / CONFIG).write_text(json.dumps(config.to_dict(), indent=2, sort_keys=True))
-    return run_dir, False, config
+    lock = Lock(run_dir)
+    try:
+        if prepared.saved is None:
+            for name in RUN_FILES:
+                (run_dir / name).unlink(missing_ok=True)
+            checkpoint.atomic_write(run_dir / CONFIG, json.dumps(prepared.config.to_dict(), indent=2,
+                                                                 sort_keys=True).encode())
+    except BaseException:
+        lock.release()
+        raise
+    return lock
 
 
-def write_result(run_dir: Path, summary: dict) -> None:
-    (run_dir / RESULT).write_text(json.dumps(summary, indent=2))
+def write_result(run_dir: Path, summary: dict) -> dict:
+    """Writes `RUN/result.json` as strict JSON (a NaN or infinite value becomes null); returns
+    what it wrote."""
+    clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in summary.items()}
+    checkpoint.atomic_write(run_dir / RESULT, json.dumps(clean, indent=2, allow_nan=False).encode())
+    return clean
 
 
-def load_policy(run_dir: str | os.PathLike, which: str = "best", overrides: list[str] | dict | None = None
-                ) -> tuple[Run, Any, Any]:
-    """`(run, params, obs_stats)` of a saved run: its `best` or `mean` policy.
+def read_result(run_dir: Path) -> dict | None:
+    try:
+        return json.loads((Path(run_dir) / RESULT).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+class SavedPolicy(NamedTuple):
+    run: Run
+    params: Any  # one policy's parameters
+    obs_stats: Any  # the run's observation statistics, or None
+    which: str  # "mean" or "best"
+
+
+def load_policy(run_dir: str | os.PathLike, which: str | None = None, overrides: list[str] | dict | None = None
+                ) -> SavedPolicy:
+    """A saved run's `mean` policy (the search distribution's mean, or for population-based
+    strategies the best member seen) or its `best` policy (the best member evaluated);
+    `None` picks `mean`: the policy the strategy converges to, and the one most robust to
+    new episodes.
 
     `overrides` (`["--num_env_steps=20000", "--env_kwargs={}"]` or a dict) change how the
     policy is evaluated: only the keys in `EVAL_OVERRIDES`.
     """
     run_dir = Path(run_dir)
+    which = "mean" if which is None else which
     if which not in ("best", "mean"):
         raise ValueError(f"which must be 'best' or 'mean', got {which!r}")
     if not (run_dir / CONFIG).is_file() or not checkpoint.exists(run_dir):
@@ -97,4 +181,4 @@ def load_policy(run_dir: str | os.PathLike, which: str = "best", overrides: list
     run = build(config)
     state, _ = checkpoint.load(run_dir, init_state(run, config))
     params = state.best_params if which == "best" else run.strategy.mean(state.strategy)
-    return run, params, state.obs_stats
+    return SavedPolicy(run, params, state.obs_stats, which)

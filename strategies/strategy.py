@@ -13,6 +13,7 @@ popeval's maximisation to evosax's minimisation.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -118,6 +119,13 @@ _CONSTRUCTOR: dict[str, tuple[str, ...]] = {
     "iAMaLGaM_Univariate": ("std_schedule",),
     "xNES": ("optimizer",),
 }
+#: popeval's defaults where evosax's would surprise (one set, used by `make_strategy`, the
+#: `openai_es` / `cma_es` factories and so every config): Salimans et al.'s OpenAI-ES settings
+#: and CMA-ES's usual initial step size for standardised parameters.
+_DEFAULTS = {
+    "Open_ES": {"learning_rate": 0.05, "std_init": 0.1},
+    "CMA_ES": {"std_init": 0.5},
+}
 _WEIGHTED = frozenset({"CMA_ES", "CR_FM_NES", "DES", "LM_MA_ES", "MA_ES", "Rm_ES", "SNES",
                        "Sep_CMA_ES", "SimpleES", "xNES"})
 
@@ -153,6 +161,20 @@ def make_strategy(
         **kwargs: further constructor arguments or `Params` fields of the evosax algorithm.
     """
     cls = _resolve(name)
+    defaults = _DEFAULTS.get(cls.__name__, {})
+    learning_rate = defaults.get("learning_rate") if learning_rate is None else learning_rate
+    std_init = defaults.get("std_init") if std_init is None else std_init
+    for what, value, ok, rule in (
+        ("learning_rate", learning_rate, lambda v: v > 0, "> 0"),
+        ("std_init", std_init, lambda v: v > 0, "> 0"),
+        ("lr_decay", lr_decay, lambda v: 0 < v <= 1, "in (0, 1]"),
+        ("std_decay", std_decay, lambda v: 0 < v <= 1, "in (0, 1]"),
+        ("lr_min", lr_min, lambda v: v >= 0, ">= 0"),
+        ("std_min", std_min, lambda v: v >= 0, ">= 0"),
+    ):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not math.isfinite(value) or not ok(value)):
+            raise ValueError(f"{cls.__name__}: {what} must be a finite number {rule}, got {value!r}")
     if cls.__name__ not in _CONSTRUCTOR:
         raise ValueError(f"{cls.__name__} is not supported by popeval (multi-population strategies "
                          f"evolve several means at once); supported: {', '.join(sorted(_CONSTRUCTOR))}")
@@ -195,7 +217,10 @@ def make_strategy(
             ctor[k] = v
         else:
             param_fields[k] = v
-    algo = cls(population_size=int(pop_size), solution=solution, **ctor)
+    try:
+        algo = cls(population_size=int(pop_size), solution=solution, **ctor)
+    except AssertionError as e:  # evosax checks its arguments with asserts
+        raise ValueError(f"{cls.__name__} with pop_size={pop_size}: {e}") from None
     evo_params = algo.default_params
     if std_init is not None and "std_schedule" not in takes:
         param_fields.setdefault("std_init", std_init)
@@ -252,14 +277,15 @@ def _strong(tree: Any, like: Any = None) -> Any:
     return jax.tree.map(lambda x, y: jnp.asarray(x, dtype=jnp.result_type(y)), tree, like)
 
 
-def openai_es(pop_size: int, solution: Any, *, learning_rate: float = 0.05, std_init: float = 0.1,
+def openai_es(pop_size: int, solution: Any, *, learning_rate: float | None = None, std_init: float | None = None,
               fitness_shaping: str = "centered_rank", **kwargs: Any) -> Strategy:
-    """OpenAI-ES (Salimans et al., 2017) with Adam and antithetic sampling (evosax `Open_ES`)."""
+    """OpenAI-ES (Salimans et al., 2017) with Adam and antithetic sampling (evosax `Open_ES`);
+    learning rate 0.05 and std 0.1 unless given."""
     return make_strategy("Open_ES", pop_size, solution, fitness_shaping,
                          learning_rate=learning_rate, std_init=std_init, **kwargs)
 
 
-def cma_es(pop_size: int, solution: Any, *, std_init: float = 0.5,
+def cma_es(pop_size: int, solution: Any, *, std_init: float | None = None,
            fitness_shaping: str = "none", **kwargs: Any) -> Strategy:
     """CMA-ES (Hansen, 2016) with evosax's recombination weights (evosax `CMA_ES`)."""
     return make_strategy("CMA_ES", pop_size, solution, fitness_shaping, std_init=std_init, **kwargs)

@@ -143,15 +143,51 @@ def test_list_envs(tmp_path):
         (["evolve", "--resume", "."], "not a popeval run directory"),
         (["eval", "."], "config.json"),
         (["list-envs", "--verbose"], "unrecognised arguments: --verbose"),
+        (["evolve", "--config", "bad.yaml"], "bad.yaml: not a readable YAML config"),
+        (["evolve", "--config", "binary.yaml"], "binary.yaml: not a readable YAML config"),
+        (["evolve", "--config", "."], "Is a directory: ."),
+        (["evolve", "--config", CARTPOLE, "--run_dir=notes.txt"], "notes.txt is a file"),
+        (["evolve", "--config", CARTPOLE, "--hidden_sizes=[0]"], "hidden_sizes must be positive"),
+        (["evolve", "--config", CARTPOLE, "--hidden_sizes=[-4]"], "hidden_sizes must be positive"),
+        (["evolve", "--config", CARTPOLE, "--activation=relux"], "did you mean 'relu'"),
+        (["evolve", "--config", CARTPOLE, "--seed=4294967297"], "seed must fit in int32"),
+        (["evolve", "--config", CARTPOLE, "--pop_size=7", "--strategy_kwargs={use_antithetic_sampling: false}"],
+         "Open_ES with pop_size=7: Population size must be even"),
+        (["evolve", "--config", CARTPOLE, "--strategy_kwargs={learning_rate: -1.0}"], "learning_rate must be"),
+        (["eval", REPO / "experiments" / "controllers" / "breakout_minatar", "--episodes", "0"], "--episodes must be >= 1"),
     ],
-    ids=["no-config", "unknown-key", "odd-pop", "resume-not-a-run", "eval-not-a-run", "stray-argument"],
+    ids=["no-config", "unknown-key", "odd-pop", "resume-not-a-run", "eval-not-a-run", "stray-argument",
+         "malformed-yaml", "binary-yaml", "config-dir", "run-dir-file", "hidden-0", "hidden-negative",
+         "activation", "seed-range", "odd-pop-no-antithetic", "negative-lr", "eval-episodes"],
 )
 def test_errors_exit_2_with_a_message(tmp_path, args, message):
     (tmp_path / "notes.txt").write_text("not a run")
+    (tmp_path / "bad.yaml").write_text("pop_size: [1, 2\n")
+    (tmp_path / "binary.yaml").write_bytes(bytes(range(256)))
+    before = sorted(p.name for p in tmp_path.iterdir())
     result = popeval(*args, cwd=tmp_path)
+    lines = result.stderr.strip().splitlines()
     assert result.returncode == 2, result.stdout + result.stderr
-    assert message in result.stderr and "Traceback" not in result.stderr, result.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]  # nothing written
+    assert message in lines[-1] and "Traceback" not in result.stderr, result.stderr
+    assert lines[-1].startswith(f"popeval {args[0]}: error: ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written
+
+
+def test_evolve_without_a_config_uses_the_defaults_and_the_overrides(tmp_path):
+    result = popeval("evolve", "--env_name=Catch-bsuite", "--pop_size=8", "--num_rollouts=1",
+                     "--num_generations=2", "--hidden_sizes=[4]", "--eval_episodes=2", "--run_dir=r", "--quiet",
+                     cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert json.loads((tmp_path / "r" / "config.json").read_text())["env_name"] == "Catch-bsuite"
+
+
+def test_evolve_help_lists_every_config_key(tmp_path):
+    from popeval.strategies import EvolveConfig
+
+    result = popeval("evolve", "--help", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    for key in EvolveConfig().to_dict():
+        assert f"  {key} (" in result.stdout, key
 
 
 def test_bench_passes_its_arguments_through_in_order(tmp_path):

@@ -35,7 +35,7 @@ def test_every_minatar_game_ships_a_controller():
 def test_shipped_controller_reproduces_its_recorded_returns(path):
     recorded = json.loads((path / "result.json").read_text())
     for which, key in (("mean", "mean_policy_return"), ("best", "best_policy_return")):
-        run, params, obs_stats = load_policy(path, which)
+        run, params, obs_stats, _ = load_policy(path, which)
         config = read_config(path)
         # The episodes of the run's own final evaluation.
         episodes = keys.evaluation_keys(config.seed, keys.FINAL_EVALUATION, config.eval_episodes)[None]

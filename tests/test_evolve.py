@@ -20,9 +20,9 @@ import pytest
 import wandb
 import yaml
 from conftest import read_metrics, subprocess_env
-from flax import serialization
 from PIL import Image
 
+from popeval import checkpoint
 from popeval.strategies import EvolveConfig, RunOptions, evolve, load_config
 
 TINY = dict(
@@ -32,9 +32,11 @@ TINY = dict(
 QUIET = dict(wandb="disabled", progress=False)
 REQUIRED_COLUMNS = ["fitness/max", "fitness/mean", "fitness/min", "fitness/std", "best/fitness",
                     "eval/return", "steps/env_total", "steps/per_second", "nonfinite/count"]
+
+
 def checkpoint_arrays(run_dir: Path) -> dict[str, np.ndarray]:
     """Every array of the checkpoint (strategy state, key, best params, ...), by path."""
-    tree = serialization.msgpack_restore((run_dir / "checkpoint.msgpack").read_bytes())
+    tree = checkpoint.load_state_dict(run_dir)
     flat = {}
 
     def walk(node, prefix):
@@ -209,8 +211,6 @@ def test_metrics_csv_and_plot(base_run):
 def test_a_kill_between_the_two_checkpoint_files_resumes_consistently(tmp_path):
     """`checkpoint.msgpack` is the commit point: with a `checkpoint.json` one checkpoint behind
     (a kill between the two atomic writes), the state's own counters win."""
-    from popeval import checkpoint
-
     state = {"w": np.arange(3, dtype=np.float32), "generation": np.int32(6)}
     checkpoint.save(tmp_path, {**state, "generation": np.int32(4)},
                     {"generation": 4, "env_steps": 400, "wandb_id": "abc", "solved_at": None})
@@ -348,3 +348,22 @@ def test_resume_with_another_yaml_is_refused(base_run, tmp_path):
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 2 and "differs in ['pop_size']" in out, out
     assert snapshot(base_run["run_dir"]) == before
+
+
+# ------------------------------------------------------------------ the Python API validates like the CLI
+@pytest.mark.parametrize("bad", [
+    {"pop_size": 16.0}, {"pop_size": "16"}, {"num_generations": None}, {"seed": 2**32 + 1},
+    {"hidden_sizes": [0]}, {"hidden_sizes": [-4]}, {"activation": "relux"}, {"stop_at_target": "yes"},
+    {"num_env_steps": 0}, {"env_kwargs": []},
+])
+def test_evolve_config_refuses_bad_values_at_construction(bad):
+    with pytest.raises((TypeError, ValueError), match=next(iter(bad))):
+        EvolveConfig(**{**TINY, **bad})
+
+
+@pytest.mark.parametrize("steps", [2.5, "10", True, 0])
+def test_rollout_wrapper_refuses_a_non_integer_episode_length(steps):
+    from popeval import RolloutWrapper
+
+    with pytest.raises(ValueError, match="num_env_steps"):
+        RolloutWrapper(None, env_name="CartPole-v1", num_env_steps=steps)

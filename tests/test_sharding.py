@@ -20,7 +20,8 @@ import textwrap
 import numpy as np
 import pytest
 from conftest import read_metrics, subprocess_env
-from flax import serialization
+
+from popeval import checkpoint
 
 DEVICE_COUNTS = (1, 2, 4)
 TINY = dict(
@@ -90,7 +91,7 @@ def test_metrics_identical_across_device_counts(runs, name):
 @pytest.mark.parametrize("name", CONFIGS)
 def test_checkpoint_identical_across_device_counts(runs, name):
     def arrays(n):
-        return flatten(serialization.msgpack_restore((runs[n] / name / "checkpoint.msgpack").read_bytes())["state"])
+        return flatten(checkpoint.load_state_dict(runs[n] / name))
 
     reference = arrays(1)
     if CONFIGS[name].get("obs_normalization"):

@@ -67,7 +67,7 @@ def test_policy_episode_matches_single_rollout(kind, kwargs, params, seed):
     assert list(states.time) == list(range(length + 1))
     assert np.isclose(rewards.sum(), float(cum_return))
     if kind == "random" and seed == 3:  # render_policy draws exactly these states
-        frames = visualize.render_policy(manager, params, manager.env_params, seed=seed)
+        frames = visualize.render_policy(manager, params, manager.env_params, seed=seed, captions=False)
         assert len(frames) == length + 1 > 3
         assert all(np.array_equal(a, b) for a, b in zip(frames, render(env, None, states)))
 
@@ -81,3 +81,12 @@ def test_render_policy_needs_obs_stats_when_normalising():
 def test_max_steps_must_be_positive():
     with pytest.raises(ValueError, match="max_steps"):
         visualize.policy_episode(policy_manager(), ZERO, max_steps=0)
+
+
+def test_render_policy_captions_each_frame_with_step_and_return():
+    manager = policy_manager()
+    plain = visualize.render_policy(manager, ZERO, seed=3, captions=False)
+    captioned = visualize.render_policy(manager, ZERO, seed=3)
+    assert len(plain) == len(captioned)
+    assert captioned[0].shape == (plain[0].shape[0] + 16,) + plain[0].shape[1:]
+    assert np.array_equal(captioned[-1][16:], plain[-1]) and not np.array_equal(captioned[0][:16], captioned[-1][:16])

@@ -108,8 +108,14 @@ class Episode:
         space = self.env.action_space(env_params)
         if self.model_forward is None:
             return space.sample(key), policy_carry
+        signature = "(params, obs, carry, key) -> (action, carry)" if self.recurrent else "(params, obs, key) -> action"
+        try:
+            out = (self.model_forward(policy_params, obs, policy_carry, key) if self.recurrent
+                   else self.model_forward(policy_params, obs, key))
+        except TypeError as e:
+            raise TypeError(f"popeval calls model_forward{signature} (a flax Module whose __call__ takes "
+                            f"(obs, key), applied with .apply); calling it raised: {e}") from e
         if self.recurrent:
-            out = self.model_forward(policy_params, obs, policy_carry, key)
             if not (isinstance(out, tuple) and len(out) == 2):
                 raise ValueError(
                     f"a recurrent model_forward(params, obs, carry, key) must return "
@@ -117,7 +123,7 @@ class Episode:
                 )
             action, policy_carry = out
         else:
-            action = self.model_forward(policy_params, obs, key)
+            action = out
         self._check_action(action, space)
         return action, policy_carry
 

@@ -556,3 +556,22 @@ def test_no_retrace_and_no_mutation():
     assert len(traces) == n, "a second call with the same shapes must not retrace"
     assert not np.array_equal(first.returns, second.returns) or not np.array_equal(first.lengths, second.lengths)
     assert vars(w).keys() == attrs.keys() and all(vars(w)[k] is v for k, v in attrs.items())
+
+
+# ------------------------------------------------------------------ what model_forward must be
+def test_model_forward_of_the_wrong_shape_is_explained():
+    import flax.linen as nn
+
+    class Plain(nn.Module):  # __call__(self, x): no key argument
+        @nn.compact
+        def __call__(self, x):
+            return jnp.argmax(nn.Dense(2)(x)).astype(jnp.int32)
+
+    net = Plain()
+    params = net.init(jax.random.key(0), jnp.zeros(4))
+    keys = jax.random.split(jax.random.key(1), 2)
+    with pytest.raises(TypeError, match=r"model_forward\(params, obs, key\) -> action"):
+        RolloutWrapper(net.apply, env_name="CartPole-v1", num_env_steps=5).batch_rollout(keys, params)
+    for bad in (lambda p, o, k: (jnp.int32(0), jnp.int32(1)), lambda p, o, k: None):
+        with pytest.raises(ValueError, match="action"):
+            RolloutWrapper(bad, env_name="CartPole-v1", num_env_steps=5).batch_rollout(keys, params)

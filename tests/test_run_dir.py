@@ -256,3 +256,25 @@ def test_wandb_never_holds_up_the_loop(tmp_path, monkeypatch):
     out = evolve(EvolveConfig(**TINY), RunOptions(run_dir=str(tmp_path / "run"), progress=False),
                  sinks=[WandbSink("online"), Recorder()])
     assert out["generations"] == 4 and seen == [1, 2, 3, 4]
+
+
+def test_ctrl_c_says_what_was_saved_and_how_to_resume(tmp_path):
+    import signal
+    import time
+
+    config = tmp_path / "tiny.yaml"
+    config.write_text(json.dumps({**TINY, "num_generations": 100000, "checkpoint_every": 2}))
+    proc = subprocess.Popen([sys.executable, "-m", "popeval", "evolve", "--config", str(config), "--run_dir=run",
+                             "--quiet", "--wandb=disabled"], cwd=tmp_path, env=subprocess_env(JAX_NUM_CPU_DEVICES="1"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = tmp_path / "run" / "metrics.csv"
+    deadline = time.monotonic() + 300
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 6):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    last = err.strip().splitlines()[-1]
+    saved = checkpoint.load_meta(tmp_path / "run")["generation"]
+    assert "Traceback" not in err and f"saved generation {saved}; resume with popeval evolve --resume run" in last

@@ -21,6 +21,16 @@ all environments, the public API:
 `done = terminated | truncated`; `truncated` is the time limit
 (`state.time >= params.max_steps_in_episode`, as gymnasium's `TimeLimit`);
 `info = {"terminated", "truncated", "discount"}` with `discount = 1 - terminated`.
+
+Out-of-range discrete actions: for a `Discrete(n)` action space, `step_env` (and so `step`)
+clips an integer action into `[0, n - 1]` before the subclass's `transition` sees it, so
+`n + 3` acts as `n - 1` and `-2` as `0` in every environment. The one exception is the
+MinAtar games (`clip_discrete_actions = False`), which keep the reference's rule of
+indexing their action list (see `minatar/common.py`): values `>= n` act as the last action,
+`-n .. -1` count from the end as in Python, and values below `-n` act as the first.
+
+Parameters are checked when built with `make` or `replace`, not inside `jit`/`vmap`: see
+`checks.py` (`bounded`, `flag`, `params_dataclass`).
 """
 
 from __future__ import annotations
@@ -42,6 +52,10 @@ class Environment:
     #: do not need this flag to be right (unused keys are dead code that XLA removes); it
     #: documents the environment and lets tests check it.
     stochastic: bool = True
+
+    #: Whether `step_env` clips a `Discrete` action into `[0, n - 1]` (the module docstring's
+    #: rule). Only an environment whose reference defines another rule turns this off.
+    clip_discrete_actions: bool = True
 
     # ----------------------------------------------------------------- to implement
     @property
@@ -104,7 +118,10 @@ class Environment:
     def step_env(self, key: jax.Array, state: Any, action: Any, params: Any = None):
         """Raw step without auto-reset: `(obs, state, reward, done, info)`."""
         params = self._params(params)
-        action = self.action_space(params).check_action(action, self.name)
+        space = self.action_space(params)
+        action = space.check_action(action, self.name)
+        if self.clip_discrete_actions and isinstance(space, spaces.Discrete):
+            action = jnp.clip(action, 0, space.n - 1)  # the documented out-of-range rule
         next_state, reward, terminated = self.transition(key, state, action, params)
         next_state = next_state.replace(time=state.time + 1)
         terminated = jnp.asarray(terminated, dtype=jnp.bool_)

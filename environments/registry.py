@@ -99,7 +99,8 @@ def make(env_id: str, **kwargs: Any) -> tuple[Environment, Any]:
         `(env, env_params)`.
 
     Raises:
-        ValueError: unknown id (with the closest ids) or unknown keyword argument.
+        ValueError: unknown id (with the closest ids), unknown keyword argument, or an
+            `EnvParams` value out of its allowed range (see `checks.py`).
     """
     if env_id not in REGISTRY:
         close = close_matches(env_id, REGISTRY, n=3, cutoff=0.4)

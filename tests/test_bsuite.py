@@ -367,22 +367,44 @@ def test_mnist_bandit(monkeypatch):
 
 
 def test_mnist_bandit_ships_sklearn_digits(monkeypatch):
+    """The default data are scikit-learn's digits, shipped with popeval: no scikit-learn at run
+    time, and the same images (and labels) as `sklearn.datasets.load_digits()`."""
     from sklearn.datasets import load_digits
 
     digits = load_digits()
+    expected_images = (digits.images / 16.0).astype(np.float32)
+    for name in [m for m in sys.modules if m == "sklearn" or m.startswith("sklearn.")]:
+        monkeypatch.setitem(sys.modules, name, None)  # importing scikit-learn now fails
     env, params = make("MNISTBandit-bsuite")
-    np.testing.assert_array_equal(params.images, (digits.images / 16).astype(np.float32))
+    assert params.images.dtype == jnp.float32 and params.labels.dtype == jnp.int32
+    np.testing.assert_array_equal(params.images, expected_images)
     np.testing.assert_array_equal(params.labels, digits.target)
     assert env.observation_space(params).shape == (8, 8) and env.num_actions == 10
     assert make("MNISTBandit-bsuite", fraction=0.25)[1].labels.shape == (int(0.25 * len(digits.target)),)
+    # The observation of a reset is the drawn image, as bsuite shows it.
+    obs, state = env.reset(jax.random.PRNGKey(3), params)
+    np.testing.assert_array_equal(obs, expected_images[int(state.index)])
 
-    # Float images are taken as they are; user arrays need no scikit-learn.
-    monkeypatch.setitem(sys.modules, "sklearn.datasets", None)
-    with pytest.raises(ImportError, match="scikit-learn"):
-        make("MNISTBandit-bsuite")
+    # Float images are taken as they are.
     env, params = make("MNISTBandit-bsuite", images=np.full((3, 2, 4), 0.5), labels=[0, 9, 3])
     assert params.images.shape == (3, 2, 4) and float(params.images.max()) == 0.5
     assert env.observation_space(params).shape == (2, 4)
+
+
+def test_mnist_digits_are_package_data():
+    """`data/digits.npz` (uint8 images 0..16 and labels) is declared as package data."""
+    import importlib.resources
+    from pathlib import Path
+
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+
+    path = importlib.resources.files("popeval.environments.bsuite") / "data" / "digits.npz"
+    with path.open("rb") as f, np.load(f) as data:
+        assert data["images"].dtype == data["labels"].dtype == np.uint8
+        assert data["images"].shape == (1797, 8, 8) and data["images"].max() == 16
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    package_data = pyproject["tool"]["setuptools"]["package-data"]["popeval.environments.bsuite"]
+    assert "data/digits.npz" in package_data
 
 
 # ---------------------------------------------------------------------------- settings

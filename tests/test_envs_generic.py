@@ -213,3 +213,37 @@ def test_spaces_names_and_stochastic_flag(env_id):
         other = c.probe(keys[0, 0], other_keys, stack([s[1] for s in starts]), c.stacked)
         first = jax.tree.map(lambda x: x[0], rec["step_env"])
         assert_tree_close(other["step_env"], first, f"{env_id} is stochastic=False but its step uses the key", 0)
+
+
+@functools.cache
+def step_actions(env_id):
+    """`step_env` from one state with one key, vmapped over actions (compiled once)."""
+    env = compiled(env_id).env
+
+    def step(key, state, actions, params):
+        return jax.vmap(env.step_env, in_axes=(None, None, 0, None))(key, state, actions, params)
+
+    step.__name__ = f"step_actions[{env_id}]"
+    return jax.jit(chex.assert_max_traces(step, n=1))
+
+
+def test_out_of_range_discrete_actions_follow_one_rule(env_id):
+    """`Discrete(n)` actions are clipped into [0, n - 1] (environment.py): n + 3 acts as n - 1
+    and -2 as 0. MinAtar keeps minatar's list indexing (documented exception): n + 3 acts as
+    n - 1, -2 as n - 2."""
+    c = compiled(env_id)
+    space = c.env.action_space(c.params)
+    if not isinstance(space, spaces.Discrete):
+        pytest.skip(f"{env_id} has a {space} action space")
+    n = space.n
+    assert c.env.clip_discrete_actions == (not env_id.endswith("-MinAtar"))
+    low_equivalent = 0 if c.env.clip_discrete_actions else n - 2
+    _, keys, rec = episode(env_id)
+    for t in (0, NUM_STEPS // 2):  # a fresh and a mid-episode state of the default params
+        state = jax.tree.map(lambda x: x[t, 0], rec["state"])
+        actions = jnp.array([n + 3, n - 1, -2, low_equivalent, 2**31 - 1], jnp.int32)
+        out = jax.device_get(step_actions(env_id)(keys[t, 1, 0], state, actions, c.params))
+        high, last, minus_two, low, huge = (jax.tree.map(lambda x, i=i: x[i], out) for i in range(5))
+        assert_tree_close(high, last, f"{env_id}: action {n + 3} vs {n - 1} at step {t}", 0)
+        assert_tree_close(huge, last, f"{env_id}: action 2**31-1 vs {n - 1} at step {t}", 0)
+        assert_tree_close(minus_two, low, f"{env_id}: action -2 vs {low_equivalent} at step {t}", 0)

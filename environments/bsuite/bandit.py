@@ -20,7 +20,7 @@ import numpy as np
 from flax import struct
 
 from .. import spaces
-from ..checks import check_int
+from ..checks import bounded, check_int, params_dataclass
 from ..environment import Environment
 from .common import check_seed
 
@@ -30,10 +30,10 @@ class EnvState:
     time: jax.Array
 
 
-@struct.dataclass
+@params_dataclass
 class EnvParams:
-    rewards: jax.Array  # (num_actions,) float32: the payout of each arm
-    max_steps_in_episode: int = 1  # one pull per episode
+    rewards: jax.Array = bounded()  # (num_actions,) float32: the payout of each arm
+    max_steps_in_episode: int = bounded(1, 1)  # one pull per episode
 
 
 def arm_rewards(num_actions: int = 11, mapping_seed: int = 0) -> np.ndarray:

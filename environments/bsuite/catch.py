@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from .. import spaces
-from ..checks import check_int
+from ..checks import bounded, check_int, params_dataclass
 from ..environment import Environment
 from .common import one_hot_board
 
@@ -31,9 +31,9 @@ class EnvState:
     time: jax.Array
 
 
-@struct.dataclass
+@params_dataclass
 class EnvParams:
-    max_steps_in_episode: int = 9  # rows - 1: the natural episode length
+    max_steps_in_episode: int = bounded(9, 1)  # rows - 1: the natural episode length
 
 
 class Catch(Environment):

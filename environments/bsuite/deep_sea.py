@@ -33,7 +33,7 @@ import numpy as np
 from flax import struct
 
 from .. import spaces
-from ..checks import check_int
+from ..checks import bounded, check_int, flag, params_dataclass
 from ..environment import Environment
 from .common import check_seed, one_hot_board
 
@@ -45,12 +45,13 @@ class EnvState:
     time: jax.Array
 
 
-@struct.dataclass
+@params_dataclass
 class EnvParams:
-    action_mapping: jax.Array  # (size, size) int32: the action that moves right in each cell
-    deterministic: bool = True
-    unscaled_move_cost: float = 0.01  # a right move costs unscaled_move_cost / size
-    max_steps_in_episode: int = 10  # size: the natural episode length
+    # (size, size) int32 in {0, 1}: the action that moves right in each cell
+    action_mapping: jax.Array = bounded(low=0, high=1)
+    deterministic: bool = flag(True)
+    unscaled_move_cost: float = bounded(0.01, 0.0)  # a right move costs unscaled_move_cost / size
+    max_steps_in_episode: int = bounded(10, 1)  # size: the natural episode length
 
 
 def action_mapping(size: int, mapping_seed: int = 42, randomize_actions: bool = True) -> np.ndarray:

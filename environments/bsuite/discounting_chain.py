@@ -21,6 +21,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from .. import spaces
+from ..checks import bounded, params_dataclass
 from ..environment import Environment
 
 NUM_ACTIONS = 5
@@ -32,22 +33,15 @@ class EnvState:
     time: jax.Array
 
 
-@struct.dataclass
+@params_dataclass
 class EnvParams:
-    mapping_seed: int = 0  # arm mapping_seed % 5 gets the bonus
-    bonus: float = 0.1
-    reward_timesteps: jax.Array = struct.field(
-        default_factory=lambda: jnp.array([1, 3, 10, 30, 100], jnp.int32)
+    mapping_seed: int = bounded(0)  # arm mapping_seed % 5 gets the bonus
+    bonus: float = bounded(0.1)
+    reward_timesteps: jax.Array = bounded(
+        low=1, default_factory=lambda: jnp.array([1, 3, 10, 30, 100], jnp.int32)
     )  # (5,): the step at which each arm pays
-    episode_len: int = 100
-    max_steps_in_episode: int = 100  # episode_len: the natural episode length
-
-    def __post_init__(self):
-        # Checked where built from Python numbers (make, replace); traced values pass through.
-        if isinstance(self.episode_len, int) and self.episode_len < 1:
-            raise ValueError(
-                f"DiscountingChain-bsuite: episode_len must be >= 1, got {self.episode_len}"
-            )
+    episode_len: int = bounded(100, 1)
+    max_steps_in_episode: int = bounded(100, 1)  # episode_len: the natural episode length
 
 
 class DiscountingChain(Environment):

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from .. import spaces
-from ..checks import check_int
+from ..checks import bounded, check_int, params_dataclass
 from ..environment import Environment
 from .common import time_left
 
@@ -39,9 +39,9 @@ class EnvState:
     time: jax.Array  # bsuite's step counter
 
 
-@struct.dataclass
+@params_dataclass
 class EnvParams:
-    max_steps_in_episode: int = 6  # memory_length + 1: the natural episode length
+    max_steps_in_episode: int = bounded(6, 1)  # memory_length + 1: the natural episode length
 
 
 class MemoryChain(Environment):

@@ -9,12 +9,16 @@ rewarded +1 if it is the image's label and -1 otherwise, and the episode termina
 all-zero observation. `fraction` keeps only the first `int(fraction * N)` images, as bsuite.
 
 Data: nothing is downloaded at run time (bsuite's loader downloads the 60k 28x28 MNIST
-training set). By default the environment uses scikit-learn's bundled `load_digits` set
-(1797 8x8 images of the digits 0-9, pixel values 0..16 scaled by 1/16), imported lazily in
-the constructor; scikit-learn is only needed for this default. Alternatively pass your own
-`images` (N, height, width) and `labels` (N,) in 0..9 (e.g. real MNIST): integer images are
-taken as 0..255 pixels and scaled by 1/255 as bsuite does, float images must already lie in
-[0, 1]. The data are `EnvParams` fields (`images`, `labels`), so jitted code takes them as
+training set). By default the environment uses the 8x8 hand-written digits shipped with
+popeval in `data/digits.npz` (1797 images of the digits 0-9, uint8 pixel values 0..16,
+scaled by 1/16 here, and uint8 labels). Source and licence: the test set of the UCI ML
+hand-written digits data set ("Optical Recognition of Handwritten Digits", E. Alpaydin &
+C. Kaynak, 1998, https://archive.ics.uci.edu/ml/datasets/Optical+Recognition+of+Handwritten+Digits)
+as bundled in scikit-learn (`sklearn.datasets.load_digits()`, distributed under scikit-learn's
+BSD-3-Clause licence), copied unchanged; scikit-learn is not needed at run time.
+Alternatively pass your own `images` (N, height, width) and `labels` (N,) in 0..9 (e.g. real
+MNIST): integer images are taken as 0..255 pixels and scaled by 1/255 as bsuite does, float
+images must already lie in [0, 1]. The data are `EnvParams` fields (`images`, `labels`), so jitted code takes them as
 arguments instead of baking them into the compiled program as constants (which for real MNIST
 would mean hundreds of megabytes of program); to evaluate a population, vmap over policies,
 not over a stacked copy of these params. `tests/test_bsuite.py` steps bsuite's environment
@@ -23,12 +27,15 @@ side by side after patching bsuite's dataset loader to return the same arrays.
 
 from __future__ import annotations
 
+from importlib import resources
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
 from .. import spaces
+from ..checks import bounded, params_dataclass
 from ..environment import Environment
 
 NUM_LABELS = 10
@@ -40,24 +47,18 @@ class EnvState:
     time: jax.Array
 
 
-@struct.dataclass
+@params_dataclass
 class EnvParams:
-    images: jax.Array  # (num_data, height, width) float32 in [0, 1]
-    labels: jax.Array  # (num_data,) int32 in 0..9
-    max_steps_in_episode: int = 1  # one guess per episode
+    images: jax.Array = bounded(low=0.0, high=1.0)  # (num_data, height, width) float32
+    labels: jax.Array = bounded(low=0, high=NUM_LABELS - 1)  # (num_data,) int32
+    max_steps_in_episode: int = bounded(1, 1)  # one guess per episode
 
 
 def load_digits() -> tuple[np.ndarray, np.ndarray]:
-    """scikit-learn's bundled 8x8 digits: (images float32 in [0, 1], labels int32)."""
-    try:
-        from sklearn.datasets import load_digits as sklearn_load_digits
-    except ImportError as err:
-        raise ImportError(
-            "MNISTBandit-bsuite uses scikit-learn's bundled digits by default; install "
-            "scikit-learn (pip install scikit-learn) or pass images= and labels= arrays"
-        ) from err
-    digits = sklearn_load_digits()
-    return (digits.images / 16.0).astype(np.float32), digits.target.astype(np.int32)
+    """The shipped 8x8 digits (as `sklearn.datasets.load_digits`): images float32 in [0, 1], labels int32."""
+    with resources.files(__package__).joinpath("data", "digits.npz").open("rb") as f, np.load(f) as data:
+        images, labels = data["images"], data["labels"]
+    return (images / 16.0).astype(np.float32), labels.astype(np.int32)
 
 
 def _check_data(images, labels) -> tuple[np.ndarray, np.ndarray]:

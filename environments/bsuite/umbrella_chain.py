@@ -24,7 +24,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from .. import spaces
-from ..checks import check_int
+from ..checks import bounded, check_int, params_dataclass
 from ..environment import Environment
 from .common import time_left
 
@@ -37,9 +37,9 @@ class EnvState:
     time: jax.Array
 
 
-@struct.dataclass
+@params_dataclass
 class EnvParams:
-    max_steps_in_episode: int = 10  # chain_length: the natural episode length
+    max_steps_in_episode: int = bounded(10, 1)  # chain_length: the natural episode length
 
 
 def transition_draws(key: jax.Array, n_distractor: int) -> tuple[jax.Array, jax.Array]:

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from .. import spaces
+from ..checks import bounded, params_dataclass
 from ..environment import Environment
 
 
@@ -26,19 +27,19 @@ class EnvState:
     time: jax.Array
 
 
-@struct.dataclass
+@params_dataclass
 class EnvParams:
-    dt: float = 0.2
-    link_length_1: float = 1.0
-    link_mass_1: float = 1.0
-    link_mass_2: float = 1.0
-    link_com_pos_1: float = 0.5
-    link_com_pos_2: float = 0.5
-    link_moi: float = 1.0
-    max_vel_1: float = 4 * jnp.pi
-    max_vel_2: float = 9 * jnp.pi
-    gravity: float = 9.8
-    max_steps_in_episode: int = 500
+    dt: float = bounded(0.2, 0.0, open_low=True)
+    link_length_1: float = bounded(1.0, 0.0, open_low=True)
+    link_mass_1: float = bounded(1.0, 0.0, open_low=True)
+    link_mass_2: float = bounded(1.0, 0.0, open_low=True)
+    link_com_pos_1: float = bounded(0.5, 0.0, open_low=True)
+    link_com_pos_2: float = bounded(0.5, 0.0, open_low=True)
+    link_moi: float = bounded(1.0, 0.0, open_low=True)
+    max_vel_1: float = bounded(4 * jnp.pi, 0.0)
+    max_vel_2: float = bounded(9 * jnp.pi, 0.0)
+    gravity: float = bounded(9.8, 0.0)
+    max_steps_in_episode: int = bounded(500, 1)
 
 
 def wrap(x: jax.Array, low: float, high: float) -> jax.Array:

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from .. import spaces
+from ..checks import bounded, params_dataclass
 from ..environment import Environment
 
 
@@ -25,18 +26,18 @@ class EnvState:
     time: jax.Array
 
 
-@struct.dataclass
+@params_dataclass
 class EnvParams:
-    gravity: float = 9.8
-    masscart: float = 1.0
-    masspole: float = 0.1
-    length: float = 0.5  # half the pole's length
-    force_mag: float = 10.0
-    tau: float = 0.02  # seconds between state updates (explicit Euler)
-    theta_threshold_radians: float = 12 * 2 * jnp.pi / 360
-    x_threshold: float = 2.4
-    reset_bound: float = 0.05
-    max_steps_in_episode: int = 500
+    gravity: float = bounded(9.8, 0.0)
+    masscart: float = bounded(1.0, 0.0, open_low=True)
+    masspole: float = bounded(0.1, 0.0, open_low=True)
+    length: float = bounded(0.5, 0.0, open_low=True)  # half the pole's length
+    force_mag: float = bounded(10.0, 0.0)
+    tau: float = bounded(0.02, 0.0, open_low=True)  # seconds between state updates (explicit Euler)
+    theta_threshold_radians: float = bounded(12 * 2 * jnp.pi / 360, 0.0, open_low=True)
+    x_threshold: float = bounded(2.4, 0.0, open_low=True)
+    reset_bound: float = bounded(0.05, 0.0)
+    max_steps_in_episode: int = bounded(500, 1)
 
 
 class CartPole(Environment):

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from .. import spaces
+from ..checks import bounded, params_dataclass, params_name
 from ..environment import Environment
 
 
@@ -25,30 +27,45 @@ class EnvState:
     time: jax.Array
 
 
-@struct.dataclass
+def _check_order(params, low: str, high: str):
+    """Cross-field rule: `params.<low> <= params.<high>` (the spaces' bounds)."""
+    if np.any(np.asarray(getattr(params, low)) > np.asarray(getattr(params, high))):
+        raise ValueError(
+            f"{params_name(params)}: {low}={getattr(params, low)!r} > {high}={getattr(params, high)!r}"
+        )
+
+
+@params_dataclass
 class EnvParams:
-    min_position: float = -1.2
-    max_position: float = 0.6
-    max_speed: float = 0.07
-    goal_position: float = 0.5
-    goal_velocity: float = 0.0
-    force: float = 0.001
-    gravity: float = 0.0025
-    max_steps_in_episode: int = 200
+    min_position: float = bounded(-1.2)
+    max_position: float = bounded(0.6)
+    max_speed: float = bounded(0.07, 0.0)
+    goal_position: float = bounded(0.5)
+    goal_velocity: float = bounded(0.0)
+    force: float = bounded(0.001, 0.0)
+    gravity: float = bounded(0.0025, 0.0)
+    max_steps_in_episode: int = bounded(200, 1)
+
+    def check_values(self):
+        _check_order(self, "min_position", "max_position")
 
 
-@struct.dataclass
+@params_dataclass
 class ContinuousEnvParams:
-    min_action: float = -1.0
-    max_action: float = 1.0
-    min_position: float = -1.2
-    max_position: float = 0.6
-    max_speed: float = 0.07
-    goal_position: float = 0.45
-    goal_velocity: float = 0.0
-    power: float = 0.0015
-    gravity: float = 0.0025
-    max_steps_in_episode: int = 999
+    min_action: float = bounded(-1.0)
+    max_action: float = bounded(1.0)
+    min_position: float = bounded(-1.2)
+    max_position: float = bounded(0.6)
+    max_speed: float = bounded(0.07, 0.0)
+    goal_position: float = bounded(0.45)
+    goal_velocity: float = bounded(0.0)
+    power: float = bounded(0.0015, 0.0)
+    gravity: float = bounded(0.0025, 0.0)
+    max_steps_in_episode: int = bounded(999, 1)
+
+    def check_values(self):
+        _check_order(self, "min_position", "max_position")
+        _check_order(self, "min_action", "max_action")
 
 
 def _move(state, accel, params):

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from .. import spaces
+from ..checks import bounded, params_dataclass
 from ..environment import Environment
 
 
@@ -24,15 +25,15 @@ class EnvState:
     time: jax.Array
 
 
-@struct.dataclass
+@params_dataclass
 class EnvParams:
-    max_speed: float = 8.0
-    max_torque: float = 2.0
-    dt: float = 0.05
-    g: float = 10.0
-    m: float = 1.0
-    l: float = 1.0
-    max_steps_in_episode: int = 200
+    max_speed: float = bounded(8.0, 0.0)
+    max_torque: float = bounded(2.0, 0.0)
+    dt: float = bounded(0.05, 0.0, open_low=True)
+    g: float = bounded(10.0, 0.0)
+    m: float = bounded(1.0, 0.0, open_low=True)
+    l: float = bounded(1.0, 0.0, open_low=True)
+    max_steps_in_episode: int = bounded(200, 1)
 
 
 def angle_normalize(x: jax.Array) -> jax.Array:

@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from ..checks import bounded, flag, params_dataclass
 from .common import OBS_COLS, OBS_ROWS, MinAtarEnv, MinAtarParams, MinAtarState, lane_rows
 
 __all__ = ["Asterix", "EnvParams", "EnvState", "SpawnDraws"]
@@ -59,14 +60,15 @@ class EnvState(MinAtarState):
     ramp_index: jax.Array  # int32
 
 
-@struct.dataclass
+@params_dataclass
 class EnvParams(MinAtarParams):
-    difficulty_ramping: bool = True
-    ramp_interval: int = 100
-    init_spawn_speed: int = 10
-    init_move_interval: int = 5
-    spawn_left_prob: float = 0.5
-    gold_prob: float = 1.0 / 3.0
+    difficulty_ramping: bool = flag(True)
+    ramp_interval: int = bounded(100, 0)
+    # The spawn and move timers restart at these and count down to 0 (unfloored): >= 1.
+    init_spawn_speed: int = bounded(10, 1)
+    init_move_interval: int = bounded(5, 1)
+    spawn_left_prob: float = bounded(0.5, 0.0, 1.0)
+    gold_prob: float = bounded(1.0 / 3.0, 0.0, 1.0)
 
 
 class SpawnDraws(NamedTuple):

@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from ..checks import params_dataclass
 from .common import MinAtarEnv, MinAtarParams, MinAtarState
 
 __all__ = ["Breakout", "EnvParams", "EnvState"]
@@ -49,7 +50,7 @@ class EnvState(MinAtarState):
     strike: jax.Array  # bool: a brick was hit on the previous step
 
 
-@struct.dataclass
+@params_dataclass
 class EnvParams(MinAtarParams):
     """Breakout adds no parameters to the shared ones."""
 

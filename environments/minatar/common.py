@@ -28,7 +28,9 @@ slower per step in Asterix.
 
 An out-of-range integer action indexes the action set with jnp's gather semantics:
 values >= n act as the last action, negative values count from the end as in numpy
-(-1 is the last action) and values below -n act as the first.
+(-1 is the last action) and values below -n act as the first. This is the one exception to
+the clipping rule of every other environment (`environment.py`): minatar indexes its Python
+action list the same way, so `MinAtarEnv` sets `clip_discrete_actions = False`.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import numpy as np
 from flax import struct
 
 from .. import spaces
+from ..checks import bounded, params_dataclass
 from ..environment import Environment
 
 __all__ = [
@@ -68,12 +71,12 @@ class MinAtarState:
     time: jax.Array  # int32 steps in this episode
 
 
-@struct.dataclass
+@params_dataclass
 class MinAtarParams:
     """The parameters of every game; a game's `EnvParams` adds its own after them."""
 
-    sticky_action_prob: float = 0.1
-    max_steps_in_episode: int = NO_TIME_LIMIT
+    sticky_action_prob: float = bounded(0.1, 0.0, 1.0)
+    max_steps_in_episode: int = bounded(NO_TIME_LIMIT, 1)
 
 
 _ROWS = np.arange(10, dtype=np.int32)[:, None]
@@ -105,6 +108,7 @@ class MinAtarEnv(Environment):
 
     CHANNELS: tuple[str, ...] = ()
     MINIMAL_ACTIONS: tuple[str, ...] = ()
+    clip_discrete_actions = False  # the reference's list indexing (module docstring)
 
     def __init__(self, use_minimal_action_set: bool = True):
         # The action set defines the action space's size, so it is a constructor argument.

@@ -35,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from ..checks import bounded, params_dataclass
 from .common import OBS_COLS, OBS_ROWS, MinAtarEnv, MinAtarParams, MinAtarState, lane_rows
 
 __all__ = ["CarDraws", "EnvParams", "EnvState", "Freeway"]
@@ -54,10 +55,10 @@ class EnvState(MinAtarState):
     car_speed: jax.Array  # (8,) int32 signed: moves every |speed| + 1 steps; sign = direction
 
 
-@struct.dataclass
+@params_dataclass
 class EnvParams(MinAtarParams):
-    player_speed: int = 3
-    time_limit: int = 2500
+    player_speed: int = bounded(3, 0)
+    time_limit: int = bounded(2500, 0)
 
 
 class CarDraws(NamedTuple):

@@ -57,6 +57,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from ..checks import bounded, flag, params_dataclass
 from .common import MinAtarEnv, MinAtarParams, MinAtarState, grid_mask
 
 __all__ = ["EnvParams", "EnvState", "Seaquest", "SpawnDraws"]
@@ -102,21 +103,22 @@ class EnvState(MinAtarState):
     shot_timer: jax.Array  # int32: the player's gun
 
 
-@struct.dataclass
+@params_dataclass
 class EnvParams(MinAtarParams):
-    difficulty_ramping: bool = True
-    max_oxygen: int = 200
-    init_spawn_speed: int = 20
-    min_spawn_speed: int = 1  # the ramp stops here
-    init_move_interval: int = 5
-    min_move_interval: int = 2  # the ramp stops here
-    diver_spawn_speed: int = 30
-    diver_move_interval: int = 5
-    shot_cool_down: int = 5
-    enemy_shot_interval: int = 10
-    max_divers: int = 6
-    spawn_left_prob: float = 0.5
-    sub_prob: float = 1.0 / 3.0
+    difficulty_ramping: bool = flag(True)
+    max_oxygen: int = bounded(200, 1)  # divides the surfacing bonus and the oxygen gauge
+    # The timers count down to 0 and stay there until they fire: 0 means every step.
+    init_spawn_speed: int = bounded(20, 0)
+    min_spawn_speed: int = bounded(1, 0)  # the ramp stops here
+    init_move_interval: int = bounded(5, 0)
+    min_move_interval: int = bounded(2, 0)  # the ramp stops here
+    diver_spawn_speed: int = bounded(30, 0)
+    diver_move_interval: int = bounded(5, 0)
+    shot_cool_down: int = bounded(5, 0)
+    enemy_shot_interval: int = bounded(10, 0)
+    max_divers: int = bounded(6, 0)
+    spawn_left_prob: float = bounded(0.5, 0.0, 1.0)
+    sub_prob: float = bounded(1.0 / 3.0, 0.0, 1.0)
 
 
 class SpawnDraws(NamedTuple):

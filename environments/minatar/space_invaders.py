@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from ..checks import bounded, flag, params_dataclass
 from .common import MinAtarEnv, MinAtarParams, MinAtarState, grid_mask
 
 __all__ = ["EnvParams", "EnvState", "SpaceInvaders"]
@@ -59,13 +60,14 @@ class EnvState(MinAtarState):
     shot_timer: jax.Array  # int32: the cannon's cool-down
 
 
-@struct.dataclass
+@params_dataclass
 class EnvParams(MinAtarParams):
-    difficulty_ramping: bool = True
-    shot_cool_down: int = 5
-    enemy_move_interval: int = 12  # of the first wave
-    min_enemy_move_interval: int = 6  # the ramp stops here
-    enemy_shot_interval: int = 10
+    difficulty_ramping: bool = flag(True)
+    shot_cool_down: int = bounded(5, 0)  # the gun's timer stays at 0 until it fires
+    # The aliens' timers restart at these and count down to 0 (unfloored): >= 1.
+    enemy_move_interval: int = bounded(12, 1)  # of the first wave
+    min_enemy_move_interval: int = bounded(6, 1)  # the ramp stops here
+    enemy_shot_interval: int = bounded(10, 1)
 
 
 class SpaceInvaders(MinAtarEnv):

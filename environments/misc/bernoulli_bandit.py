@@ -17,7 +17,8 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from .common import MetaBandit, bounded, params_dataclass, params_name
+from ..checks import bounded, params_dataclass, params_name
+from .common import MetaBandit
 
 
 @params_dataclass

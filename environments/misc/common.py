@@ -1,19 +1,11 @@
-"""What the misc environments share: range-checked `EnvParams`, grid cells and moves, and
-the meta-RL bandit base class.
+"""What the misc environments share: grid cells and moves, and the meta-RL bandit base class.
 
-`params_dataclass` makes a flax struct dataclass whose `replace` checks every field declared
-with `bounded(...)` and then calls the class's `check_values()`, if any (cross-field rules).
-`make` builds the default params and `replace`s the overrides, so
-`make("PointRobot-misc", noise_std=-1.0)` raises a `ValueError` at `make` time. The check runs on
-concrete values only (traced values inside `jit`/`vmap` are skipped) and only in `replace`:
-JAX rebuilds pytrees through `__init__` with arbitrary leaves (tracers, `in_axes` specs such
-as 0 or None), so `__init__` must not validate.
+Their `EnvParams` are range-checked at `make`/`replace` time by the mechanism every family
+uses (`bounded`, `flag` and `params_dataclass` in `environments/checks.py`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
 from typing import Any
 
 import jax
@@ -29,11 +21,7 @@ __all__ = [
     "DIRECTIONS",
     "BanditState",
     "MetaBandit",
-    "bounded",
-    "check_params",
     "free_cells",
-    "params_dataclass",
-    "params_name",
     "uniform_cell",
     "wall_step",
 ]
@@ -41,52 +29,6 @@ __all__ = [
 #: Row/column offsets of the four grid actions, in gymnasium FrozenLake's order:
 #: 0 left, 1 down, 2 right, 3 up.
 DIRECTIONS = np.array([[0, -1], [1, 0], [0, 1], [-1, 0]], dtype=np.int32)  # numpy: no JAX work at import
-
-
-def bounded(default: Any, low: float = -math.inf, high: float = math.inf, *, open_low=False):
-    """An `EnvParams` field whose values must lie in `[low, high]` (`(low, high]` if `open_low`)."""
-    return struct.field(default=default, metadata={"bounds": (low, high, open_low)})
-
-
-def params_name(params: Any) -> str:
-    """`"point_robot.EnvParams"`: how error messages name a params class."""
-    return f"{type(params).__module__.rsplit('.', 1)[-1]}.{type(params).__qualname__}"
-
-
-def check_params(params: Any) -> Any:
-    """Raises `ValueError` if a concrete `bounded` field of `params` is out of range."""
-    for f in dataclasses.fields(params):
-        if "bounds" not in f.metadata:
-            continue
-        value = getattr(params, f.name)
-        leaves = jax.tree.leaves(value)
-        if not leaves or any(isinstance(v, jax.core.Tracer) for v in leaves):
-            continue
-        low, high, open_low = f.metadata["bounds"]
-        arr = np.concatenate([np.ravel(np.asarray(v, dtype=np.float64)) for v in leaves])
-        ok = (arr > low if open_low else arr >= low) & (arr <= high) & ~np.isnan(arr)
-        if not np.all(ok):
-            interval = f"{'(' if open_low else '['}{low:g}, {high:g}]"
-            raise ValueError(
-                f"{params_name(params)}: {f.name}={value!r} is out of range, "
-                f"expected values in {interval}"
-            )
-    if hasattr(params, "check_values") and not any(
-        isinstance(v, jax.core.Tracer) for v in jax.tree.leaves(params)
-    ):
-        params.check_values()  # cross-field checks of concrete params
-    return params
-
-
-def params_dataclass(cls):
-    """`flax.struct.dataclass` whose `replace` range-checks the `bounded` fields."""
-    cls = struct.dataclass(cls)
-
-    def replace(self, **updates):
-        return check_params(dataclasses.replace(self, **updates))
-
-    cls.replace = replace
-    return cls
 
 
 def free_cells(walls: np.ndarray) -> np.ndarray:

@@ -26,8 +26,9 @@ import numpy as np
 from flax import struct
 
 from .. import spaces
+from ..checks import bounded, flag, params_dataclass, params_name
 from ..environment import Environment
-from .common import bounded, free_cells, params_dataclass, params_name, uniform_cell, wall_step
+from .common import free_cells, uniform_cell, wall_step
 
 LAYOUT = (
     "#############",
@@ -57,8 +58,8 @@ class EnvState:
 @params_dataclass
 class EnvParams:
     fail_prob: float = bounded(1.0 / 3.0, 0.0, 1.0)
-    random_start: bool = True
-    random_goal: bool = False
+    random_start: bool = flag(True)
+    random_goal: bool = flag(False)
     start: tuple[int, int] = bounded((1, 1), 1, 11)  # used when random_start is False
     goal: tuple[int, int] = bounded((11, 11), 1, 11)  # used when random_goal is False
     max_steps_in_episode: int = bounded(500, 1)

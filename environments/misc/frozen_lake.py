@@ -31,8 +31,9 @@ import numpy as np
 from flax import struct
 
 from .. import spaces
+from ..checks import bounded, flag, params_dataclass
 from ..environment import Environment
-from .common import DIRECTIONS, bounded, params_dataclass
+from .common import DIRECTIONS
 
 MAPS = {
     "4x4": ("SFFF", "FHFH", "FFFH", "HFFG"),
@@ -57,7 +58,7 @@ class EnvState:
 
 @params_dataclass
 class EnvParams:
-    is_slippery: bool = True
+    is_slippery: bool = flag(True)
     success_rate: float = bounded(1.0 / 3.0, 0.0, 1.0)
     max_steps_in_episode: int = bounded(100, 1)
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .common import MetaBandit, bounded, params_dataclass
+from ..checks import bounded, params_dataclass
+from .common import MetaBandit
 
 
 @params_dataclass

@@ -26,9 +26,9 @@ import numpy as np
 from flax import struct
 
 from .. import spaces
-from ..checks import check_int
+from ..checks import bounded, check_int, params_dataclass
 from ..environment import Environment
-from .common import bounded, free_cells, params_dataclass, uniform_cell, wall_step
+from .common import free_cells, uniform_cell, wall_step
 
 
 def maze_walls(size: int) -> np.ndarray:
@@ -51,7 +51,7 @@ class EnvState:
 
 @params_dataclass
 class EnvParams:
-    goal_reward: float = 10.0
+    goal_reward: float = bounded(10.0)
     wall_penalty: float = bounded(0.1, 0.0)  # paid (as -wall_penalty) for bumping into a wall
     max_steps_in_episode: int = bounded(200, 1)
 

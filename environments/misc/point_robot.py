@@ -27,8 +27,8 @@ import numpy as np
 from flax import struct
 
 from .. import spaces
+from ..checks import bounded, params_dataclass, params_name
 from ..environment import Environment
-from .common import bounded, params_dataclass, params_name
 
 
 @struct.dataclass

@@ -34,9 +34,8 @@ import jax.numpy as jnp
 from flax import struct
 
 from .. import spaces
-from ..checks import check_int
+from ..checks import bounded, check_int, params_dataclass
 from ..environment import Environment
-from .common import bounded, params_dataclass
 
 
 @struct.dataclass

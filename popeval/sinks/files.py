@@ -111,13 +111,13 @@ def plot_fitness(csv_path: str | os.PathLike, png_path: str | os.PathLike, title
             ax.plot(*zip(*points), style, markersize=3, label=label)
     if target is not None:
         ax.axhline(target, color="black", linewidth=0.8, linestyle="-.", label=f"target {target:g}")
-    # The y-range follows the mean and best curves from the second tenth of the run on, so a
-    # poor first generation (or one diverging member) does not squash the late generations.
-    late = [v for k in ("fitness/mean", "best/fitness", "eval/return") for v in col(k)[len(rows) // 10:]
-            if math.isfinite(v)] + ([target] if target is not None else [])
-    if late and len(rows) >= 10:
-        low, high = min(late), max(late)
-        pad = 0.1 * (high - low) or 1.0
+    # The y-range covers the curves and the target; the min-max band is clipped to it, so one
+    # diverging member's return does not squash the generations that matter.
+    shown = [v for k in ("fitness/mean", "best/fitness", "eval/return", "eval/best_return") for v in col(k)
+             if math.isfinite(v)] + ([target] if target is not None else [])
+    if shown:
+        low, high = min(shown), max(shown)
+        pad = 0.05 * (high - low) or 1.0
         ax.set_ylim(low - pad, high + pad)
     ax.set_xlabel("generation")
     ax.set_ylabel("return")

@@ -278,3 +278,23 @@ def test_ctrl_c_says_what_was_saved_and_how_to_resume(tmp_path):
     last = err.strip().splitlines()[-1]
     saved = checkpoint.load_meta(tmp_path / "run")["generation"]
     assert "Traceback" not in err and f"saved generation {saved}; resume with popeval evolve --resume run" in last
+
+
+def test_fitness_plot_shows_the_target_and_is_not_squashed_by_one_diverging_member(tmp_path):
+    from popeval.sinks import plot_fitness
+
+    rows = ["generation,fitness/min,fitness/max,fitness/mean,best/fitness,eval/return,eval/best_return"]
+    for g in range(1, 21):
+        worst = -1e9 if g == 3 else -200.0 + g  # one member diverged in generation 3
+        rows.append(f"{g},{worst},{-100 + g},{-150 + g},{-100 + g},{'nan' if g % 5 else -140 + g},nan")
+    (tmp_path / "metrics.csv").write_text("\n".join(rows) + "\n")
+    low, high = plot_fitness(tmp_path / "metrics.csv", tmp_path / "fitness.png", "t", target=-50.0)
+    assert -160 < low < -149 and -50 < high < -40  # the curves and the target, not -1e9
+    assert (tmp_path / "fitness.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_out_of_memory_is_one_line_with_a_hint():
+    from popeval.cli import _one_line
+
+    assert _one_line(MemoryError()).startswith("out of memory")
+    assert "smaller pop_size" in _one_line(RuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 9 GiB"))

@@ -92,12 +92,13 @@ def _import_pyplot():
 
 
 def plot_fitness(csv_path: str | os.PathLike, png_path: str | os.PathLike, title: str = "",
-                 target: float | None = None) -> None:
+                 target: float | None = None) -> tuple[float, float] | None:
     """Draws the population's fitness (min-max band, mean), the best so far, the evaluations
-    of the mean and best policy and the target per generation into a PNG."""
+    of the mean and best policy and the target per generation into a PNG; returns its y-range
+    (None without rows)."""
     rows = [r for r in read_metrics(csv_path) if _intact(r)]
     if not rows:
-        return
+        return None
     plt = _import_pyplot()
     gen = [float(r["generation"]) for r in rows]
     col = lambda k: [float(r[k]) if r.get(k, "") not in ("", "nan") else math.nan for r in rows]  # noqa: E731
@@ -125,7 +126,9 @@ def plot_fitness(csv_path: str | os.PathLike, png_path: str | os.PathLike, title
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     fig.tight_layout()
     fig.savefig(png_path, dpi=100)
+    limits = ax.get_ylim()
     plt.close(fig)
+    return limits
 
 
 class PlotSink:

@@ -217,7 +217,7 @@ def evolve(config: EvolveConfig | None = None, options: RunOptions | None = None
                 meta["elapsed_seconds"] = elapsed()
                 checkpoint.save(run_dir, step.first(stacked), meta)
         finally:
-            _close(sinks, startup)
+            _close(sinks, startup, failing=sys.exc_info()[0] is not None)
             lock.release()
 
     summary = {
@@ -251,8 +251,10 @@ def _complete(meta: dict, config: EvolveConfig, saved: EvolveConfig | None) -> s
     return None
 
 
-def _close(sinks: Sequence[Sink], startup: _Startup | None) -> None:
-    """Joins the start-up threads, then closes every sink (a failing close is logged)."""
+def _close(sinks: Sequence[Sink], startup: _Startup | None, failing: bool = False) -> None:
+    """Joins the start-up threads, then closes every sink. A failing close is logged as a
+    warning, or only at debug level while the run is already failing (a full disk fails both:
+    the user gets one error, not one per sink)."""
     try:
         if startup is not None:
             startup.close()
@@ -261,4 +263,5 @@ def _close(sinks: Sequence[Sink], startup: _Startup | None) -> None:
             try:
                 sink.close()
             except Exception as e:  # noqa: BLE001 - one sink must not keep the others open
-                log.warning("closing %s failed (%s: %s)", type(sink).__name__, type(e).__name__, e)
+                (log.debug if failing else log.warning)("closing %s failed (%s: %s)", type(sink).__name__,
+                                                        type(e).__name__, e)

@@ -69,7 +69,6 @@ def measure(fn: Callable, args: tuple, repeats: int, max_mem_bytes: float) -> tu
         t0 = time.perf_counter()
         out = jax.block_until_ready(compiled(*args))
         times.append(time.perf_counter() - t0)
-    del compiled
     return {"compile_s": compile_s, "time_s": statistics.median(times), "times_s": times,
             "mem_bytes": mem_bytes}, out
 
@@ -284,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
         "memory_check": mem,
     }
     print(format_table(rows))
-    print("" if _gymnax()[0] else "gymnax and evosax rows are missing: pip install 'popeval[bench]' adds them")
+    if _gymnax()[0] is None:
+        print("gymnax and evosax rows are missing: pip install 'popeval[bench]' adds them")
     if mem is not None:
         print(format_memory(mem))
     if load is not None:

@@ -69,23 +69,24 @@ class _Startup:
                 traced.set()
             step.compile(lowered)
 
-        def start_sinks_then_compile_evaluation():
+        def start_sinks():
             for sink in sinks:
                 sink.start(info)
-            self.sinks_started.set()
+
+        def compile_evaluation():
             traced.wait()
             lowered = evaluate.lower(spec.strategy, spec.best_params, spec.obs_stats, seed, seed)
             return lowered.compile(compiler.options())
 
-        self.sinks_started = threading.Event()
+        # Two threads, three tasks: the sinks start on the second thread, then the evaluation
+        # program compiles on whichever thread is free first.
         self.generation: Future = self._pool.submit(compile_generation)
-        self._evaluation: Future = self._pool.submit(start_sinks_then_compile_evaluation)
+        self._sinks: Future = self._pool.submit(start_sinks)
+        self._evaluation: Future = self._pool.submit(compile_evaluation)
 
     def wait_for_sinks(self) -> None:
         """Returns once every sink has started (raises what a sink's start raised)."""
-        while not self.sinks_started.wait(0.05):
-            if self._evaluation.done():
-                self._evaluation.result()
+        self._sinks.result()
 
     @property
     def evaluate(self):

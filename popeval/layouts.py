@@ -1,16 +1,16 @@
 """How the `(P, [M,] B)` episodes of a population are laid out for XLA.
 
-- **Shared** (`over_episodes`): nested `vmap`s over members, env-param sets and episodes; a
-  member's episodes share its parameters (batched matmuls, least memory). The fitness path
-  steps the whole batch until every episode is done (`shared_fitness`).
-- **Flat** (`flat_trajectories`, `compacted_fitness`): the episodes flattened to `N`, each
-  with its own copy of its member's parameters. The fitness path gathers the still-running
-  episodes into batches of N/4, N/16, ... as episodes end, so short episodes stop costing.
+One layout: nested `vmap`s over members, env-param sets and episodes (`over_episodes`), so a
+member's episodes share its parameters (its policy runs as one batched matmul per layer,
+and no parameters are copied per episode). The trajectory path scans `T` steps of it.
 
-Each layout is bit-exact between its trajectory and fitness paths (the same `Episode` step
-under the same vmaps). The two layouts are not bit-identical to each other on CPUs with FMA:
-XLA contracts multiply-adds differently per layout, and chaotic episodes (a balancing
-CartPole) amplify the last bit.
+The fitness path (`fitness`) steps the batch in a `lax.while_loop` until every episode is
+done. With compaction, it also shrinks the batch as members finish: once at most half of the
+members in the batch still have a running episode, those members (their parameters, carries
+and keys) are gathered into a batch half the size, down to about 64 episodes; results are
+scattered back at the end. A stage that finds nothing alive is skipped (`lax.cond`), so
+fixed-length episodes pay nothing for it. Compaction never runs more steps than the plain
+loop, and every stage runs the same vmapped step on the same per-member shapes.
 
 `varies` strings name, per argument, the levels it has an axis for, outermost first: `"PMB"`
 per episode (keys, carries), `"P"` per member (parameters), `"M"` per env-param set, `""`
@@ -24,11 +24,13 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from popeval import keys as keys_lib
 from popeval.episode import Carry, Episode
 
-__all__ = ["over_episodes", "flat_episodes", "flat_trajectories", "shared_fitness", "compacted_fitness",
-           "stage_sizes"]
+__all__ = ["over_episodes", "episode_keys", "fitness", "member_stages", "MIN_STAGE_EPISODES"]
+
+#: Compaction stops halving the batch below this many episodes: smaller batches save
+#: nothing per step on a CPU (the step's fixed costs dominate).
+MIN_STAGE_EPISODES = 64
 
 
 def over_episodes(fn: Callable, meta: bool, varies: tuple[str, ...]) -> Callable:
@@ -39,100 +41,73 @@ def over_episodes(fn: Callable, meta: bool, varies: tuple[str, ...]) -> Callable
     return fn
 
 
-def flat_episodes(keys, env_params, meta: bool):
-    """Flattens `(P, [M,] B)` episodes to `N`: `(batch_shape, keys (N,), member (N,),
-    env_index (N,) or None)`; episode `n` plays member `member[n]`."""
-    batch_shape = keys_lib.key_batch_shape(keys)
-    if meta:
-        m = jax.tree.leaves(env_params)[0].shape[0]
-        batch_shape = (batch_shape[0], m, batch_shape[-1])
-        keys = jnp.broadcast_to(keys[:, None], (keys.shape[0], m) + keys.shape[1:])
-    n = 1
-    for d in batch_shape:
-        n *= d
-    grid = jnp.indices(batch_shape).reshape(len(batch_shape), n)
-    member, env_index = grid[0], (grid[1] if meta else None)
-    keys = keys.reshape((n,) + keys.shape[len(batch_shape):])
-    return batch_shape, keys, member, env_index
+def episode_keys(keys, env_params, meta: bool):
+    """The `(P, B)` episode keys on the grid `(P, [M,] B)`: every env-param set plays the same
+    `B` episodes."""
+    if not meta:
+        return keys
+    m = jax.tree.leaves(env_params)[0].shape[0]
+    return jnp.broadcast_to(keys[:, None], (keys.shape[0], m) + keys.shape[1:])
 
 
-def flat_trajectories(single: Callable, keys, pop_params, env_params, obs_stats, meta: bool):
-    """`single(key, params, env_params, obs_stats)` over the flat layout, reshaped to `(P, [M,] B, ...)`."""
-    batch_shape, keys, member, env_index = flat_episodes(keys, env_params, meta)
-    params = jax.tree.map(lambda x: x[member], pop_params)
-    env_p = jax.tree.map(lambda x: x[env_index], env_params) if meta else env_params
-    out = jax.vmap(single, in_axes=(0, 0, 0 if meta else None, None))(keys, params, env_p, obs_stats)
-    return jax.tree.map(lambda x: x.reshape(batch_shape + x.shape[1:]), out)
-
-
-def _fitness_step(episode: Episode):
-    def step(t, key_episode, carry, policy_params, env_params, obs_stats):
-        return episode.step(t, key_episode, carry, policy_params, env_params, obs_stats, False)[0]
-
-    return step
-
-
-def _run_while(num_steps: int, t, carry: Carry, step: Callable, size_next: int, *args):
-    """Steps `carry` until `num_steps` steps or at most `size_next` episodes alive."""
-    def cond(loop):
-        t, c = loop
-        return (t < num_steps) & (jnp.sum(c.alive) > size_next)
-
-    def body(loop):
-        t, c = loop
-        key_episode, params, env_params, obs_stats = args
-        return t + 1, step(t, key_episode, c, params, env_params, obs_stats)
-
-    return jax.lax.while_loop(cond, body, (t, carry))
-
-
-def shared_fitness(episode: Episode, num_steps: int, keys, pop_params, env_params, obs_stats, meta: bool) -> Carry:
-    """The final `(P, [M,] B)` carries, stepping the shared layout until every episode is done."""
-    carry, key_episode = over_episodes(episode.init, meta, ("PMB", "M"))(keys, env_params)
-    step = over_episodes(_fitness_step(episode), meta, ("", "PMB", "PMB", "P", "M", ""))
-    _, carry = _run_while(num_steps, jnp.int32(0), carry, step, 0, key_episode, pop_params, env_params, obs_stats)
-    return carry
-
-
-def stage_sizes(num_episodes: int) -> list[int]:
-    """Batch sizes of the compaction stages: N, N/4, N/16, ... (not below 64)."""
-    sizes = [num_episodes]
-    while sizes[-1] // 4 >= 64:
-        sizes.append(sizes[-1] // 4)
+def member_stages(num_members: int, episodes_per_member: int) -> list[int]:
+    """Members per compaction stage: P, P/2, P/4, ... while a stage keeps at least
+    `MIN_STAGE_EPISODES` episodes (and one member)."""
+    sizes = [num_members]
+    while sizes[-1] // 2 >= 1 and (sizes[-1] // 2) * episodes_per_member >= MIN_STAGE_EPISODES:
+        sizes.append(sizes[-1] // 2)
     return sizes
 
 
-def compacted_fitness(episode: Episode, num_steps: int, keys, pop_params, env_params, obs_stats,
-                      meta: bool) -> Carry:
-    """The final `(P, [M,] B)` carries, running the live episodes in ever smaller batches.
+def _running(alive: jax.Array) -> jax.Array:
+    """`(P,)`: whether each member still has a running episode."""
+    return jnp.any(alive.reshape(alive.shape[0], -1), axis=1)
 
-    Once at most N/4 episodes are alive, the live ones (padded with finished ones) are
-    gathered into a batch of N/4, and so on down to the last stage; results are scattered
-    back. Every stage runs the same vmapped step, so results do not depend on the batch an
-    episode is in.
-    """
-    batch_shape, keys, member, env_index = flat_episodes(keys, env_params, meta)
-    n = keys.shape[0]
-    env_axis = 0 if meta else None
-    init = jax.vmap(episode.init, in_axes=(0, env_axis))
-    step = jax.vmap(_fitness_step(episode), in_axes=(None, 0, 0, 0, env_axis, None))
-    origin = jnp.arange(n)
-    sizes = stage_sizes(n)
-    t, result, key_flat = jnp.int32(0), None, None
-    for j, size in enumerate(sizes):
-        if j == 0:
-            params = jax.tree.map(lambda x: x[member], pop_params)
-            env_p = jax.tree.map(lambda x: x[env_index], env_params) if meta else env_params
-            current, key_flat = init(keys, env_p)
-            result = current
-        else:
-            # Live episodes first (stable), then finished ones as padding.
-            order = jnp.argsort(~current.alive, stable=True)[:size]
+
+def fitness(episode: Episode, num_steps: int, keys, pop_params, env_params, obs_stats, meta: bool,
+            compaction: bool = True) -> Carry:
+    """The final `(P, [M,] B)` carries, stepping until every episode is done or `num_steps`."""
+    carry, key_episode = over_episodes(episode.init, meta, ("PMB", "M"))(episode_keys(keys, env_params, meta),
+                                                                      env_params)
+
+    def step(t, key_episode, c, params, env_params):
+        return episode.step(t, key_episode, c, params, env_params, obs_stats, False)[0]
+
+    step = over_episodes(step, meta, ("", "PMB", "PMB", "P", "M"))
+    num_members = carry.alive.shape[0]
+    sizes = member_stages(num_members, carry.alive.size // num_members) if compaction else [num_members]
+
+    def run(t, c, key_episode, params, size_next):
+        def cond(loop):
+            t, c = loop
+            return (t < num_steps) & (jnp.sum(_running(c.alive)) > size_next)
+
+        def body(loop):
+            t, c = loop
+            return t + 1, step(t, key_episode, c, params, env_params)
+
+        return jax.lax.while_loop(cond, body, (t, c))
+
+    t, current = run(jnp.int32(0), carry, key_episode, pop_params, sizes[1] if len(sizes) > 1 else 0)
+    result, origin = current, jnp.arange(num_members)
+    for j, size in enumerate(sizes[1:], start=1):
+        size_next = sizes[j + 1] if j + 1 < len(sizes) else 0
+
+        def stage(operands, size=size, size_next=size_next):
+            t, current, origin, result = operands
+            # Members with a running episode first (stable), then finished ones as padding.
+            order = jnp.argsort(~_running(current.alive), stable=True)[:size]
             origin = origin[order]
             current = jax.tree.map(lambda x: x[order], current)
-            params = jax.tree.map(lambda x: x[member[origin]], pop_params)
-            env_p = jax.tree.map(lambda x: x[env_index[origin]], env_params) if meta else env_params
-        size_next = sizes[j + 1] if j + 1 < len(sizes) else 0
-        t, current = _run_while(num_steps, t, current, step, size_next, key_flat[origin], params, env_p, obs_stats)
-        result = jax.tree.map(lambda r, c: r.at[origin].set(c), result, current)
-    return jax.tree.map(lambda x: x.reshape(batch_shape + x.shape[1:]), result)
+            params = jax.tree.map(lambda x: x[origin], pop_params)
+            t, current = run(t, current, key_episode[origin], params, size_next)
+            return t, current, origin, jax.tree.map(lambda r, c: r.at[origin].set(c), result, current)
+
+        def skip(operands, size=size):
+            t, current, origin, result = operands
+            # Same shapes as `stage`: the first `size` slots (all finished, nothing to do).
+            return t, jax.tree.map(lambda x: x[:size], current), origin[:size], result
+
+        pending = (t < num_steps) & jnp.any(current.alive)
+        t, current, origin, result = jax.lax.cond(pending, stage, skip, (t, current, origin, result))
+    return result

@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from popeval import keys as keys_lib
-from popeval import layouts, normalization
+from popeval import layouts, normalization, sharding
 from popeval.environments import make
 from popeval.episode import Episode, reset_env
 
@@ -50,6 +50,14 @@ class FitnessResult(NamedTuple):
     returns: jax.Array  # (P, [M,] B) float32; NaN/inf where a policy diverged
     lengths: jax.Array  # (P, [M,] B) int32, steps taken before done
     obs_stats: Any  # ObsStats with leading axis P (this batch, per member), or None
+
+
+def _opaque(env_params: Any) -> Any:
+    """`env_params` as values XLA cannot see through. Env params are often compile-time
+    constants (Python floats); XLA then rewrites the arithmetic around them (a division by a
+    constant into a multiplication by its reciprocal, say) in some programs and not in
+    others, and a chaotic episode's last bits would depend on the program it runs in."""
+    return jax.lax.optimization_barrier(env_params)
 
 
 def _leading_axis(tree: Any, what: str) -> int:
@@ -82,14 +90,13 @@ class RolloutWrapper:
         common_random_numbers: whether all members share the `B` episode keys.
         obs_normalization: feed the policy `(obs - mean) / std` from the `obs_stats`
             argument, and collect this batch's statistics in the fitness path.
-        compaction: run episodes flat, each with its own copy of its member's parameters,
-            and let the fitness path gather the still-running episodes into batches of
-            N/4, N/16, ... as episodes end (`popeval.layouts`). With `False`, a member's
-            episodes share its parameters (batched matmuls, less memory) and the fitness
-            path stops only when the whole batch is done. Each setting is bit-exact between
-            its trajectory and fitness paths; the two settings are not bit-identical to each
-            other on CPUs with FMA (XLA contracts multiply-adds differently per layout, and
-            chaotic episodes such as a balanced CartPole amplify the last bit).
+        compaction: let the fitness path shrink its batch as members finish (all their
+            episodes done): the members still running are gathered into batches of P/2,
+            P/4, ... (`popeval.layouts`). Same results either way (bit for bit); `False`
+            only saves the compile time of the extra stages.
+        devices: the local devices the population methods split the member axis over:
+            `None` (default) for all local devices, a count, or a list of devices. The
+            results do not depend on it (`popeval.sharding`).
     """
 
     def __init__(
@@ -105,6 +112,7 @@ class RolloutWrapper:
         common_random_numbers: bool = True,
         obs_normalization: bool = False,
         compaction: bool = True,
+        devices: Any = None,
     ):
         if env is None:
             env, default_params = make(env_name, **(env_kwargs or {}))
@@ -125,6 +133,7 @@ class RolloutWrapper:
         self.common_random_numbers = bool(common_random_numbers)
         self.obs_normalization = bool(obs_normalization)
         self.compaction = bool(compaction)
+        self.devices = sharding.resolve_devices(devices)
 
         if num_env_steps is None:
             limit = int(jnp.max(jnp.asarray(self.env_params.max_steps_in_episode)))
@@ -145,11 +154,12 @@ class RolloutWrapper:
 
         self._single_rollout = jax.jit(self._single_fn)
         self._batch_rollout = jax.jit(jax.vmap(self._single_fn, in_axes=(0, None, None, None)))
-        self._population_rollout = jax.jit(self._population_rollout_fn)
-        self._population_fitness = jax.jit(self._population_fitness_fn)
+        self._population_rollout = jax.jit(sharding.shard_members(self._population_rollout_fn, self.devices))
+        self._population_fitness = jax.jit(sharding.shard_members(self._population_fitness_fn, self.devices))
         self._episode_states: dict[int, Callable] = {}
 
     def _single_fn(self, key, policy_params, env_params, obs_stats):
+        env_params = _opaque(env_params)
         return self.episode.trajectory(key, policy_params, env_params, obs_stats, self.num_env_steps)
 
     # ------------------------------------------------------------ populations
@@ -170,16 +180,13 @@ class RolloutWrapper:
 
     def _population_rollout_fn(self, keys, pop_params, env_params, obs_stats):
         meta = self._is_param_batch(env_params)
-        if not self.compaction:
-            fn = layouts.over_episodes(self._single_fn, meta, ("PMB", "P", "M", ""))
-            return fn(keys, pop_params, env_params, obs_stats)
-        # Same flat layout as the compacted fitness path, so both agree to the last bit.
-        return layouts.flat_trajectories(self._single_fn, keys, pop_params, env_params, obs_stats, meta)
+        fn = layouts.over_episodes(self._single_fn, meta, ("PMB", "P", "M", ""))
+        return fn(layouts.episode_keys(keys, env_params, meta), pop_params, env_params, obs_stats)
 
     def _population_fitness_fn(self, keys, pop_params, env_params, obs_stats):
         meta = self._is_param_batch(env_params)
-        run = layouts.compacted_fitness if self.compaction else layouts.shared_fitness
-        carry = run(self.episode, self.num_env_steps, keys, pop_params, env_params, obs_stats, meta)
+        carry = layouts.fitness(self.episode, self.num_env_steps, keys, pop_params, _opaque(env_params),
+                                obs_stats, meta, self.compaction)
         stats = None
         if self.obs_normalization:
             members = carry.ret.shape[0]

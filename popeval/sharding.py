@@ -1,6 +1,11 @@
 """Device sharding of a population: the one module of popeval that mentions devices.
 
-A generation runs as one `jax.pmap`ped program: every device receives the same replicated
+`RolloutWrapper` (`shard_members`): its population methods split the member axis over the
+local devices with `shard_map` (padding `P` to a multiple of the device count with copies of
+the last member, dropped from the outputs); every device runs the same per-member program, so
+the numbers do not depend on the device count.
+
+The evolve loop (`Replicated`): a generation runs as one `jax.pmap`ped program: every device receives the same replicated
 inputs (strategy state, generation), takes its slice of the population by *global* member
 index, evaluates it, and all devices `all_gather` the fitness so each can run the (cheap,
 deterministic) strategy update itself. The population is padded to a multiple of the device
@@ -24,7 +29,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from popeval import compiler, keys
 
-__all__ = ["AXIS", "use_all_cores", "num_devices", "local_slice", "gather_members", "Replicated"]
+__all__ = ["AXIS", "use_all_cores", "num_devices", "resolve_devices", "shard_members", "local_slice",
+           "gather_members", "Replicated"]
 
 #: Name of the device axis inside a sharded generation.
 AXIS = "devices"
@@ -47,6 +53,49 @@ def use_all_cores() -> str | None:
 def num_devices() -> int:
     """Devices a generation is sharded over (all local devices)."""
     return jax.local_device_count()
+
+
+def resolve_devices(devices: Any) -> tuple:
+    """`None` (all local devices), a count `n` (the first `n`) or a sequence of devices ->
+    a tuple of local devices."""
+    local = jax.local_devices()
+    if devices is None:
+        return tuple(local)
+    if isinstance(devices, (int, np.integer)) and not isinstance(devices, bool):
+        if not 1 <= devices <= len(local):
+            raise ValueError(f"devices={devices}: this process has {len(local)} local device(s) "
+                             f"({local[0].platform}); on a CPU set JAX_NUM_CPU_DEVICES before importing jax")
+        return tuple(local[:devices])
+    devices = tuple(devices)
+    if not devices or any(d not in local for d in devices):
+        raise ValueError(f"devices must be local devices of this process ({local}), got {devices}")
+    return devices
+
+
+def _pad_members(tree: Any, pad: int) -> Any:
+    return jax.tree.map(lambda x: jnp.concatenate([x, jnp.repeat(x[-1:], pad, axis=0)]), tree)
+
+
+def shard_members(fn: Callable, devices: tuple) -> Callable:
+    """`fn(keys, pop_params, *shared)` with `keys` and `pop_params` split along their leading
+    (member) axis over `devices`, the other arguments replicated; every output leaf must have
+    the member axis first. One device: `fn` itself."""
+    if len(devices) == 1:
+        return fn
+    mesh = Mesh(np.array(devices), (AXIS,))
+    member, whole = PartitionSpec(AXIS), PartitionSpec()
+
+    def sharded(keys_, pop_params, *shared):
+        num_members = keys_.shape[0]
+        pad = -num_members % len(devices)
+        if pad:
+            keys_, pop_params = _pad_members((keys_, pop_params), pad)
+        mapped = jax.shard_map(fn, mesh=mesh, in_specs=(member, member) + (whole,) * len(shared),
+                               out_specs=member, check_vma=False)
+        out = mapped(keys_, pop_params, *shared)
+        return jax.tree.map(lambda x: x[:num_members], out) if pad else out
+
+    return sharded
 
 
 def local_slice(pop_size: int, devices: int) -> tuple[jax.Array, int]:

@@ -66,6 +66,7 @@ def build(config: EvolveConfig) -> Run:
         policy.apply, env=env, env_params=env_params, num_env_steps=config.num_env_steps,
         init_carry=init_carry, common_random_numbers=config.common_random_numbers,
         obs_normalization=config.obs_normalization, compaction=config.compaction,
+        devices=1,  # the generation program shards the population itself (popeval.sharding)
     )
     shapes = jax.eval_shape(lambda k: policy.init_params(k, env, env_params), jax.random.key(0))
     template = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes)

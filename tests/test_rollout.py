@@ -240,17 +240,40 @@ def test_fitness_equals_trajectory_on_every_env(env_id, kind, compaction):
 
 
 def test_compaction_stages_cartpole():
-    """P=64, B=8: 512 episodes run in stages of 512 and 128; fitness == trajectory exactly."""
+    """P=64, B=8: members run in stages of 64, 32, 16 and 8; fitness == trajectory exactly,
+    and == the fitness path without compaction."""
     env, params = make("CartPole-v1")
     policy, pop = mlp_population(env, params, 64, seed=7, hidden_sizes=(16,))
     w = RolloutWrapper(policy.apply, env_name="CartPole-v1")
-    assert layouts.stage_sizes(512) == [512, 128]
-    fit, traj = both(w, jax.random.split(jax.random.key(11), 8), pop)
+    assert layouts.member_stages(64, 8) == [64, 32, 16, 8]
+    keys = jax.random.split(jax.random.key(11), 8)
+    fit, traj = both(w, keys, pop)
     assert fit.returns.shape == (64, 8)
     assert_fitness_matches_rollout(fit, traj, "CartPole P=64 B=8")
-    # The second stage is exercised: some episodes outlive the point where <= 128 are alive.
-    lengths = np.sort(fit.lengths.ravel())
-    assert lengths[-128] < lengths[-1], "all episodes ended together; no compaction happened"
+    plain = RolloutWrapper(policy.apply, env_name="CartPole-v1", compaction=False).population_fitness(keys, pop)
+    np.testing.assert_array_equal(fit.returns, plain.returns)
+    np.testing.assert_array_equal(fit.lengths, plain.lengths)
+    # Later stages are exercised: some members outlive the point where <= 16 run.
+    member_lengths = np.sort(np.asarray(fit.lengths).max(axis=1))
+    assert member_lengths[-16] < member_lengths[-1], "all members ended together; no compaction happened"
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Acrobot-v1"])
+def test_results_do_not_depend_on_the_rest_of_the_population(env_id):
+    """A member's returns are the same bits whatever the other members are and wherever it
+    sits in the population (which stages it runs in, which batch slots it takes)."""
+    env, params = make(env_id)
+    policy, pop = mlp_population(env, params, 48, seed=3, hidden_sizes=(16,))
+    _, others = mlp_population(env, params, 48, seed=4, hidden_sizes=(16,))
+    w = RolloutWrapper(policy.apply, env_name=env_id)
+    keys = jax.random.split(jax.random.key(5), 4)
+    base = w.population_fitness(keys, pop)
+    perm = np.random.RandomState(0).permutation(48)
+    shuffled = w.population_fitness(keys, jax.tree.map(lambda x: x[perm], pop))
+    np.testing.assert_array_equal(shuffled.returns, np.asarray(base.returns)[perm])
+    mixed = jax.tree.map(lambda a, b: a.at[::2].set(b[::2]), pop, others)  # odd members kept
+    np.testing.assert_array_equal(w.population_fitness(keys, mixed).returns[1::2], base.returns[1::2])
+    assert int(np.max(base.lengths)) > 100, "no long episode: the test would be too easy"
 
 
 # ----------------------------------------------------------------------------- key schedule

@@ -1,294 +1,294 @@
-"""Population-evaluation benchmark: popeval's rollout paths against gymnax and evosax.
+"""Population-evaluation benchmark: popeval against gymnax's best case and the machine's limit.
 
-    popeval bench [--quick] [--envs ...] [--pop-sizes ...] [--out bench_results/benchmark.json]
+    popeval bench [--quick] [--envs ...] [--pop-sizes ...] [--devices N ...] [--out FILE]
     python experiments/benchmark.py [same arguments]      # the same, from a source checkout
 
-Rows per environment and population size, in one process: popeval's trajectory and fitness
-paths (compaction on and off), gymnax's RolloutWrapper and evosax's GymnaxProblem (`pip install
-popeval[bench]`), then a memory check of the fitness path. What each column measures:
-experiments/README.md. Compare rows of one run only.
+Rows per workload and population size (the programs: `popeval.benchmark_programs`), then two
+memory checks of the fitness path. What each row and column measures: experiments/README.md.
+Compare rows of one run only.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
-import resource
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import numpy as np
 
-from popeval.environments import make, registered_envs
-from popeval.policies import MLPPolicy
-from popeval.rollout import RolloutWrapper
+from popeval import benchmark_programs as bp
+from popeval.environments import registered_envs
 
-ENVS = {  # id -> num_env_steps (None: the env's own episode limit)
-    "CartPole-v1": None,
-    "Pendulum-v1": None,
-    "Acrobot-v1": None,
-    "Breakout-MinAtar": 1000,
-    "Seaquest-MinAtar": 1000,
-}
+#: workload -> num_env_steps (None: the env's own episode limit)
+WORKLOADS = {"CartPole-v1": None, bp.TRAINED: None, "Pendulum-v1": None, "Acrobot-v1": None,
+             "Breakout-MinAtar": 1000, "Seaquest-MinAtar": 1000}
 POP_SIZES = (64, 512)
 NUM_ROLLOUTS = 8
-HIDDEN = (32, 32)
-MEMORY_TARGET_MB = 300.0
-IMPLS = ("popeval trajectory", "popeval fitness", "popeval fitness nc", "gymnax RolloutWrapper",
-         "evosax GymnaxProblem")
+QUICK_STEPS = {"CartPole-v1": 50, bp.TRAINED: 50}
+#: Memory checks: the fitness path's footprint (env, P, B, T) and its growth with T (env, P, B, (T, T')).
+MEMORY = {"footprint": ("CartPole-v1", 65_536, 8, None), "over_t": ("Pendulum-v1", 512, 8, (200, 1000))}
+QUICK_MEMORY = {"footprint": ("CartPole-v1", 64, 2, 50), "over_t": ("Pendulum-v1", 8, 2, (20, 100))}
+MEMORY_TARGET_MB = 2048.0
+#: The rows re-run in a subprocess for each other device count.
+DEVICE_ROWS = ("popeval fitness", "popeval fitness nc", "fused limit")
+SLOW_CALL_S = 30.0
+COLUMNS = {  # what the result rows' numbers are
+    "time_s": "median wall seconds per evaluation (None: not run, its buffers exceed max_mem_mb)",
+    "times_s": f"the timed calls (one, the warm-up, when it took over {SLOW_CALL_S:.0f} s)",
+    "compile_s": "trace + lower + compile seconds", "devices": "devices the program runs on",
+    "env_steps": "steps before done (fused limit: all P*B*T steps)", "steps_per_s": "env_steps / time_s",
+    "min_length": "shortest episode (steps before done)", "mem_bytes": "XLA temp + output buffer bytes, all devices",
+    "live_over_limit": "steps_per_s / the fused limit's steps_per_s at the same device count (popeval rows)",
+    "speedup_vs_gymnax_best": "gymnax best case time_s / time_s"}
+_CHILD = "POPEVAL_BENCH_DEVICES"  # set in a device-count subprocess: the count it must have
+MB = 2**20
 
 
-def episode_lengths(done: np.ndarray) -> np.ndarray:
-    """Steps up to and including the first `done` along the last axis (T if none)."""
-    done = np.asarray(done)
-    return np.where(done.any(-1), done.argmax(-1) + 1, done.shape[-1])
-
-
-def measure(fn: Callable, args: tuple, repeats: int, max_mem_bytes: float) -> tuple[dict, Any]:
-    """Compiles `fn(*args)` ahead of time, warms up, and times `repeats` calls.
+def measure(fn: Callable, args: tuple, repeats: int, max_mem_bytes: float, devices: int = 1) -> tuple[dict, Any]:
+    """Compiles `fn(*args)` (a program on `devices` devices) ahead of time, warms up, and times
+    `repeats` calls.
 
     A program whose XLA temp + output buffers exceed `max_mem_bytes` is compiled but not
-    run (`time_s` None): on a shared machine it could take the memory of other processes.
+    run (`time_s` None): on a shared machine it could take the memory of other processes. A
+    warm-up call over `SLOW_CALL_S` seconds is the program's one timing.
     """
     t0 = time.perf_counter()
     compiled = jax.jit(fn).lower(*args).compile()
     compile_s = time.perf_counter() - t0
-    mem = compiled.memory_analysis()
-    mem_bytes = None if mem is None else int(mem.temp_size_in_bytes + mem.output_size_in_bytes)
+    mem_bytes = bp.xla_bytes(compiled, devices)
     if mem_bytes is not None and mem_bytes > max_mem_bytes:
         return {"compile_s": compile_s, "time_s": None, "times_s": [], "mem_bytes": mem_bytes}, None
-    out = jax.block_until_ready(compiled(*args))  # warm-up
-    times = []
-    for _ in range(repeats):
+    t0 = time.perf_counter()
+    out = jax.block_until_ready(compiled(*args))  # warm-up; the only timed call of a slow program
+    warm_up, times = time.perf_counter() - t0, []
+    for _ in range(repeats if warm_up < SLOW_CALL_S else 0):
         t0 = time.perf_counter()
         out = jax.block_until_ready(compiled(*args))
         times.append(time.perf_counter() - t0)
+    times = times or [warm_up]
     return {"compile_s": compile_s, "time_s": statistics.median(times), "times_s": times,
             "mem_bytes": mem_bytes}, out
 
 
-def _gymnax():
-    """`(gymnax, its RolloutWrapper, evosax's GymnaxProblem or None)`, or Nones without gymnax."""
-    try:
-        import gymnax
-        from gymnax.experimental import RolloutWrapper as GymnaxRolloutWrapper
-    except ImportError:
-        return None, None, None
-    try:
-        from evosax.problems import GymnaxProblem
-    except ImportError:
-        GymnaxProblem = None
-    return gymnax, GymnaxRolloutWrapper, GymnaxProblem
-
-
-def candidates(env_id: str, num_steps: int | None, policy, pop_params, keys) -> dict[str, tuple]:
-    """impl name -> (fn(keys, pop_params), lengths(out) -> (P, B) episode lengths)."""
-    out: dict[str, tuple] = {}
-    for name, compaction in (("popeval fitness", True), ("popeval fitness nc", False)):
-        w = RolloutWrapper(policy.apply, env_name=env_id, num_env_steps=num_steps, compaction=compaction)
-        out[name] = (w.population_fitness, lambda r: np.asarray(r.lengths))
-        if compaction:
-            out["popeval trajectory"] = (w.population_rollout, lambda r: episode_lengths(r[4]))
-            num_steps = w.num_env_steps
-    gymnax, GymnaxRolloutWrapper, GymnaxProblem = _gymnax()
-    if gymnax is not None and env_id in gymnax.registered_envs:
-        try:
-            gw = GymnaxRolloutWrapper(policy.apply, env_name=env_id, num_env_steps=num_steps)
-        except NotImplementedError:  # e.g. an env gymnax lists but does not implement
-            gw = None
-        if gw is not None:
-            out["gymnax RolloutWrapper"] = (gw.population_rollout, lambda r: episode_lengths(r[4]))
-            if GymnaxProblem is not None:
-                problem = GymnaxProblem(env_id, policy, episode_length=num_steps,
-                                        num_rollouts=keys.shape[0], use_normalize_obs=False)
-                state = problem.init(jax.random.key(0))
-
-                def evosax_eval(keys, pop_params):
-                    return problem.eval(keys[0], pop_params, state)
-
-                def evosax_lengths(r):
-                    # Gymnax's `step` auto-resets: the state after an episode's last step is
-                    # a fresh one with time 0.
-                    time_ = np.asarray(r[2]["env_states"][1].time)  # (P, B, T)
-                    return episode_lengths(time_ == 0)
-
-                out["evosax GymnaxProblem"] = (evosax_eval, evosax_lengths)
-    return {name: out[name] for name in IMPLS if name in out}
-
-
-def bench_env(env_id: str, num_steps: int | None, pop_size: int, num_rollouts: int, repeats: int,
-              max_mem_bytes: float = float("inf"), log=print) -> list[dict]:
-    env, env_params = make(env_id)
-    policy = MLPPolicy.for_env(env, env_params, hidden_sizes=HIDDEN)
-    init = jax.jit(jax.vmap(lambda k: policy.init_params(k, env, env_params)))
-    pop_params = init(jax.random.split(jax.random.key(0), pop_size))
+def bench_workload(workload: str, num_steps: int | None, pop_size: int, num_rollouts: int, repeats: int,
+                   max_mem_bytes: float = float("inf"), impls: tuple[str, ...] = bp.IMPLS,
+                   log: Callable[[str], None] = print) -> list[dict]:
+    """The rows of one workload and population size (ratios: `add_ratios`)."""
+    pop = bp.population(workload, pop_size, num_steps)
     keys = jax.random.split(jax.random.key(1), num_rollouts)
     rows = []
-    for impl, (fn, lengths_of) in candidates(env_id, num_steps, policy, pop_params, keys).items():
-        stats, out = measure(fn, (keys, pop_params), repeats, max_mem_bytes)
-        steps = None if out is None else int(lengths_of(out).sum())
+    for impl, prog in bp.programs(pop, keys, impls).items():
+        stats, out = measure(prog.fn, (keys, pop.pop_params, pop.env_params), repeats, max_mem_bytes, prog.devices)
+        lengths = None if out is None else prog.lengths(out)
         del out
-        row = {
-            "env": env_id,
-            "pop_size": pop_size,
-            "num_rollouts": num_rollouts,
-            "num_env_steps": int(num_steps if num_steps is not None else env_params.max_steps_in_episode),
-            "impl": impl,
-            **stats,
-            "env_steps": steps,
-            "steps_per_s": None if steps is None else steps / stats["time_s"],
-        }
+        steps = None if lengths is None else (
+            pop_size * num_rollouts * pop.num_env_steps if prog.all_steps else int(lengths.sum()))
+        row = {"workload": workload, "env": pop.env_id, "pop_size": pop_size, "num_rollouts": num_rollouts,
+               "num_env_steps": pop.num_env_steps, "devices": prog.devices, "impl": impl, **stats,
+               "env_steps": steps, "steps_per_s": None if steps is None else steps / stats["time_s"],
+               "min_length": None if lengths is None else int(lengths.min())}
         rows.append(row)
         took = "not run (memory)" if steps is None else f"{stats['time_s']:.4f} s"
-        log(f"  {env_id} P={pop_size} {impl}: {took} (compile {stats['compile_s']:.1f} s)")
-    anchor = next((r["time_s"] for r in rows if r["impl"] == "gymnax RolloutWrapper"), None)
-    for r in rows:
-        r["speedup_vs_gymnax"] = None if anchor is None or r["time_s"] is None else anchor / r["time_s"]
+        log(f"  {workload} P={pop_size} devices={prog.devices} {impl}: {took} (compile {stats['compile_s']:.1f} s)")
+        if workload == bp.TRAINED and lengths is not None and row["min_length"] < pop.num_env_steps:
+            raise RuntimeError(f"{workload}: an episode of {impl} ended after {row['min_length']} steps; every "
+                               f"episode of the trained population must last all {pop.num_env_steps}")
     return rows
 
 
-def _rss_bytes() -> int | None:
-    try:
-        import psutil
-    except ImportError:
-        return None
-    return int(psutil.Process(os.getpid()).memory_info().rss)
+def add_ratios(rows: list[dict]) -> list[dict]:
+    """Sets `speedup_vs_gymnax_best` (gymnax best case time / time, per workload and P) and, on
+    popeval's rows, `live_over_limit` (steps/s / the fused limit's steps/s at the same device
+    count); returns the rows sorted by workload, P, impl and devices."""
+    best = {(r["workload"], r["pop_size"]): r["time_s"] for r in rows if r["impl"] == "gymnax best case"}
+    limit = {(r["workload"], r["pop_size"], r["devices"]): r["steps_per_s"] for r in rows
+             if r["impl"] == "fused limit"}
+    for r in rows:
+        anchor = best.get((r["workload"], r["pop_size"]))
+        r["speedup_vs_gymnax_best"] = None if anchor is None or r["time_s"] is None else anchor / r["time_s"]
+        fused = limit.get((r["workload"], r["pop_size"], r["devices"]))
+        live = r["impl"].startswith("popeval") and fused and r["steps_per_s"] is not None
+        r["live_over_limit"] = r["steps_per_s"] / fused if live else None
+    order = list(dict.fromkeys(r["workload"] for r in rows))
+    return sorted(rows, key=lambda r: (order.index(r["workload"]), r["pop_size"], bp.IMPLS.index(r["impl"]),
+                                       r["devices"]))
 
 
-def memory_check(pop_size: int, num_rollouts: int, num_steps: int) -> dict:
-    """XLA memory of the fitness (and trajectory) path for a long Pendulum evaluation."""
-    env_kwargs = {"max_steps_in_episode": num_steps}
-    env, env_params = make("Pendulum-v1", **env_kwargs)
-    policy = MLPPolicy.for_env(env, env_params, hidden_sizes=HIDDEN)
-    init = jax.jit(jax.vmap(lambda k: policy.init_params(k, env, env_params)))
-    pop_params = init(jax.random.split(jax.random.key(0), pop_size))
-    keys = jax.random.split(jax.random.key(1), num_rollouts)
-    w = RolloutWrapper(policy.apply, env_name="Pendulum-v1", env_kwargs=env_kwargs, num_env_steps=num_steps)
-    result: dict[str, Any] = {"env": "Pendulum-v1", "pop_size": pop_size, "num_rollouts": num_rollouts,
-                              "num_env_steps": num_steps, "target_mb": MEMORY_TARGET_MB}
-    for name, fn in (("fitness", w.population_fitness), ("trajectory", w.population_rollout)):
-        mem = jax.jit(fn).lower(keys, pop_params).compile().memory_analysis()
-        result[f"{name}_xla_temp_bytes"] = None if mem is None else int(mem.temp_size_in_bytes)
-        result[f"{name}_xla_output_bytes"] = None if mem is None else int(mem.output_size_in_bytes)
-        result[f"{name}_xla_mb"] = None if mem is None else (mem.temp_size_in_bytes + mem.output_size_in_bytes) / 2**20
-    rss0, peak0 = _rss_bytes(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    fit = jax.block_until_ready(w.population_fitness(keys, pop_params))
-    rss1, peak1 = _rss_bytes(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    result["fitness_min_length"] = int(np.min(fit.lengths))
-    result["fitness_rss_growth_mb"] = None if rss0 is None else (rss1 - rss0) / 2**20
-    # ru_maxrss is in KiB on Linux; it only grows when this call exceeded the earlier peak.
-    result["fitness_peak_rss_growth_mb"] = (peak1 - peak0) / 1024
-    xla = result["fitness_xla_mb"]
-    result["passed"] = None if xla is None else bool(xla < MEMORY_TARGET_MB)
-    return result
+def device_rows(devices: int, workloads: list[str], argv: list[str]) -> list[dict]:
+    """Rows with `devices` CPU devices: a fresh `python -m popeval.benchmark` with
+    `JAX_NUM_CPU_DEVICES` set (it must be set before JAX starts). `argv`: its other options."""
+    if jax.default_backend() != "cpu":
+        raise ValueError(f"--devices {devices}: other device counts are CPU-only (JAX_NUM_CPU_DEVICES); this "
+                         f"process runs on {jax.default_backend()} with {jax.local_device_count()} device(s)")
+    env = dict(os.environ, JAX_NUM_CPU_DEVICES=str(devices), **{_CHILD: str(devices)})
+    flags = [f for f in env.get("XLA_FLAGS", "").split() if "xla_force_host_platform_device_count" not in f]
+    env["XLA_FLAGS"] = " ".join(flags)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "rows.json"
+        cmd = [sys.executable, "-m", "popeval.benchmark", *argv, "--envs", *workloads, "--devices", str(devices),
+               "--no-memory-check", "--out", str(out)]
+        if subprocess.run(cmd, check=False, env=env, stdout=subprocess.PIPE).returncode:
+            raise RuntimeError(f"the devices={devices} benchmark process failed (its output is above)")
+        return json.loads(out.read_text())["results"]
+
+
+def memory_check(footprint: tuple, over_t: tuple) -> dict:
+    """The default fitness path's XLA buffers and resident-memory growth for a large population
+    (`footprint`), and its XLA buffers at two episode lengths T (`over_t`, episodes of T steps)."""
+    env_id, pop_size, num_rollouts, num_steps = footprint
+    w, compiled, args = bp.fitness_program(env_id, pop_size, num_rollouts, num_steps, {})
+    devices = len(getattr(w, "devices", ())) or 1  # the wrapper's default: all local devices
+    xla = bp.xla_bytes(compiled, devices)
+    fit, growth = bp.peak_rss_growth(lambda: compiled(*args))
+    target = MEMORY_TARGET_MB * MB
+    fits = {"env": env_id, "pop_size": pop_size, "num_rollouts": num_rollouts, "num_env_steps": w.num_env_steps,
+            "devices": devices,
+            **{f"xla_{k}_bytes": bp.xla_bytes(compiled, devices, (k,)) for k in ("temp", "output", "argument")},
+            "xla_bytes": xla, "bytes_per_episode": None if xla is None else xla / (pop_size * num_rollouts),
+            "rss_growth_bytes": growth, "min_length": int(np.min(fit.lengths)), "target_mb": MEMORY_TARGET_MB,
+            "passed": xla is not None and xla <= target and (growth is None or growth <= target)}
+    env_id, pop_size, num_rollouts, steps = over_t
+    sizes = [bp.xla_bytes(bp.fitness_program(env_id, pop_size, num_rollouts, t, {"max_steps_in_episode": t})[1],
+                        devices) for t in steps]
+    flat = None not in sizes and sizes[1] <= 1.05 * sizes[0] + 65_536
+    grows = {"env": env_id, "pop_size": pop_size, "num_rollouts": num_rollouts, "num_env_steps": list(steps),
+             "xla_bytes": sizes, "passed": flat}
+    return {"footprint": fits, "over_t": grows}
 
 
 def format_table(rows: list[dict]) -> str:
-    header = (f"{'env':<18} {'P':>4} {'T':>5} {'impl':<22} {'time s':>9} {'compile s':>9} "
-              f"{'steps/s':>11} {'x gymnax':>8} {'mem MB*':>8}")
+    """The rows as a text table, with notes on the columns."""
+    header = (f"{'workload':<20} {'P':>5} {'T':>5} {'dev':>3} {'impl':<21} {'time s':>8} {'compile s':>9} "
+              f"{'steps/s':>9} {'live/limit':>10} {'x gymnax best':>13} {'mem MB':>8} {'min len':>7}")
     lines = [header, "-" * len(header)]
+
+    def fmt(x, spec):
+        return "" if x is None else format(x, spec)
+
     for r in rows:
-        ratio = "" if r["speedup_vs_gymnax"] is None else f"{r['speedup_vs_gymnax']:.2f}"
-        mem = "" if r["mem_bytes"] is None else f"{r['mem_bytes'] / 2**20:.1f}"
-        if r["time_s"] is None:
-            timing = f"{'not run':>9} {r['compile_s']:>9.1f} {'(memory)':>11}"
-        else:
-            timing = f"{r['time_s']:>9.4f} {r['compile_s']:>9.1f} {r['steps_per_s']:>11.3g}"
-        lines.append(f"{r['env']:<18} {r['pop_size']:>4} {r['num_env_steps']:>5} {r['impl']:<22} "
-                     f"{timing} {ratio:>8} {mem:>8}")
-    lines.append("* mem MB: XLA compiled memory analysis, temp + output buffers (not process RSS). "
-                 "steps/s counts steps before done only.")
-    if any(r["time_s"] is None for r in rows):
-        lines.append("  not run: the program's buffers exceed --max-mem-mb (compiled only).")
+        timing = (f"{'not run':>8} {r['compile_s']:>9.1f} {'(memory)':>9}" if r["time_s"] is None else
+                  f"{r['time_s']:>8.4f} {r['compile_s']:>9.1f} {r['steps_per_s']:>9.3g}")
+        mem = None if r["mem_bytes"] is None else r["mem_bytes"] / MB
+        lines.append(f"{r['workload']:<20} {r['pop_size']:>5} {r['num_env_steps']:>5} {r['devices']:>3} "
+                     f"{r['impl']:<21} {timing} {fmt(r['live_over_limit'], '.2f'):>10} "
+                     f"{fmt(r['speedup_vs_gymnax_best'], '.2f'):>13} {fmt(mem, '.1f'):>8} "
+                     f"{fmt(r['min_length'], 'd'):>7}")
+    lines.append("steps/s: steps before done per second (fused limit: all P*B*T steps). live/limit: steps/s "
+                 "over the fused limit's at the same device count. x gymnax best: gymnax best case time / time. "
+                 "mem MB: XLA temp + output buffers, all devices (not RSS). min len: shortest episode. not run "
+                 "(memory): compiled only, its buffers exceed --max-mem-mb.")
     return "\n".join(lines)
 
 
 def format_memory(m: dict) -> str:
-    mb = lambda x: "n/a" if x is None else f"{x:.1f} MB"  # noqa: E731
-    return (
-        f"memory check: {m['env']} P={m['pop_size']} B={m['num_rollouts']} T={m['num_env_steps']} "
-        f"(shortest episode {m['fitness_min_length']} steps)\n"
-        f"  fitness path    XLA temp+output {mb(m['fitness_xla_mb'])} "
-        f"(target < {m['target_mb']:.0f} MB: {'PASS' if m['passed'] else 'FAIL'}); "
-        f"process RSS growth over the first run {mb(m['fitness_rss_growth_mb'])}, "
-        f"peak RSS growth {mb(m['fitness_peak_rss_growth_mb'])}\n"
-        f"  trajectory path XLA temp+output {mb(m['trajectory_xla_mb'])} (for comparison)"
-    )
+    """The memory checks in two lines."""
+    f, g = m["footprint"], m["over_t"]
+
+    def mb(x):
+        return "n/a" if x is None else f"{x / MB:.1f} MB"
+
+    per = "n/a" if f["bytes_per_episode"] is None else f"{f['bytes_per_episode']:.0f} B"
+    return (f"memory: {f['env']} fitness path, P={f['pop_size']} B={f['num_rollouts']} T={f['num_env_steps']} on "
+            f"{f['devices']} device(s): XLA temp+output {mb(f['xla_bytes'])} ({per} per episode), peak RSS growth "
+            f"over one run {mb(f['rss_growth_bytes'])}; fits in {f['target_mb']:.0f} MB: "
+            f"{'PASS' if f['passed'] else 'FAIL'}\n"
+            f"memory over T: {g['env']} fitness path, P={g['pop_size']} B={g['num_rollouts']}: XLA temp+output "
+            + ", ".join(f"T={t} {mb(b)}" for t, b in zip(g["num_env_steps"], g["xla_bytes"]))
+            + f"; does not grow with T: {'PASS' if g['passed'] else 'FAIL'}")
 
 
-def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="popeval bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true",
-                   help="CI mode: CartPole-v1 only, P=8, B=2, 50 steps, 1 repeat, small memory check")
+                   help="CI mode: CartPole-v1 only, P=8, B=2, 50 steps, 1 repeat, small memory checks")
     p.add_argument("--out", default="bench_results/benchmark.json", help="JSON output path")
-    p.add_argument("--repeats", type=int, default=5, help="timed calls per row (median reported)")
-    p.add_argument("--envs", nargs="+", default=None, help="environment ids (default: all benchmarked)")
-    p.add_argument("--pop-sizes", nargs="+", type=int, default=None)
-    p.add_argument("--num-rollouts", type=int, default=NUM_ROLLOUTS)
+    p.add_argument("--repeats", type=int, default=None, help="timed calls per row, median reported (default 5)")
+    p.add_argument("--envs", nargs="+", default=None, metavar="WORKLOAD",
+                   help=f"environment ids (a fresh population) or '{bp.TRAINED}' (default: {', '.join(WORKLOADS)})")
+    p.add_argument("--pop-sizes", nargs="+", type=int, default=None, help="default: 64 512")
+    p.add_argument("--num-rollouts", type=int, default=None, help="episodes per member B (default 8)")
+    p.add_argument("--devices", nargs="+", type=int, default=None, metavar="N",
+                   help=f"device counts; each but this process's count (the default) re-runs the rows {DEVICE_ROWS} "
+                        "in a subprocess with JAX_NUM_CPU_DEVICES=N")
+    p.add_argument("--impls", nargs="+", default=list(bp.IMPLS), choices=bp.IMPLS, metavar="IMPL",
+                   help="only these rows (default: all)")
     p.add_argument("--no-memory-check", action="store_true")
     p.add_argument("--max-mem-mb", type=float, default=3072.0,
                    help="compile but do not run programs whose XLA buffers exceed this (default 3072)")
     return p.parse_args(argv)
 
 
+def _workloads(args: argparse.Namespace) -> dict[str, int | None]:
+    """This run's workloads -> num_env_steps (None: the env's own episode limit)."""
+    names = args.envs or (["CartPole-v1"] if args.quick else
+                          [w for w in WORKLOADS if w == bp.TRAINED or w in registered_envs])
+    unknown = [w for w in names if w != bp.TRAINED and w not in registered_envs]
+    if unknown:
+        raise SystemExit(f"unknown workload(s): {', '.join(unknown)} (an environment id or '{bp.TRAINED}')")
+    steps = {**WORKLOADS, **QUICK_STEPS} if args.quick else WORKLOADS
+    return {w: steps.get(w) for w in names}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    if args.quick:
-        envs = {"CartPole-v1": 50}
-        pop_sizes, num_rollouts, repeats = (8,), 2, 1
-        memory = (8, 2, 50)
-    else:
-        envs = {e: t for e, t in ENVS.items() if e in registered_envs}
-        pop_sizes, num_rollouts, repeats = POP_SIZES, args.num_rollouts, args.repeats
-        memory = (512, 8, 1000)
-    if args.envs:
-        unknown = [e for e in args.envs if e not in registered_envs]
-        if unknown:
-            raise SystemExit(f"unknown environment id(s): {', '.join(unknown)}")
-        envs = {e: envs.get(e, ENVS.get(e)) for e in args.envs}
-    if args.pop_sizes:
-        pop_sizes = tuple(args.pop_sizes)
-
-    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
-    skipped = sorted(set(ENVS) - set(envs)) if not (args.quick or args.envs) else []
+    workloads = _workloads(args)
+    pop_sizes = tuple(args.pop_sizes or ((8,) if args.quick else POP_SIZES))
+    num_rollouts = args.num_rollouts if args.num_rollouts is not None else (2 if args.quick else NUM_ROLLOUTS)
+    repeats = args.repeats if args.repeats is not None else (1 if args.quick else 5)
+    local = jax.local_device_count()
+    devices = list(dict.fromkeys(args.devices or [local]))
+    if min(*pop_sizes, num_rollouts, repeats, *devices) < 1:
+        raise SystemExit("--pop-sizes, --num-rollouts, --repeats and --devices take integers >= 1")
+    if os.environ.get(_CHILD) and int(os.environ[_CHILD]) != local:
+        raise SystemExit(f"this benchmark process was started for {os.environ[_CHILD]} devices but has {local}")
+    load_start = os.getloadavg() if hasattr(os, "getloadavg") else None
+    if load_start is not None:
+        print(f"load average at start: {load_start[0]:.2f} (on {os.cpu_count()} cores)", flush=True)
+    log = partial(print, file=sys.stderr, flush=True)
     rows: list[dict] = []
-    for env_id, num_steps in envs.items():
+    for workload, num_steps in workloads.items():
         for pop_size in pop_sizes:
-            rows.extend(bench_env(env_id, num_steps, pop_size, num_rollouts, repeats,
-                                  args.max_mem_mb * 2**20, log))
-    mem = None if args.no_memory_check else memory_check(*memory)
-
-    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+            rows.extend(bench_workload(workload, num_steps, pop_size, num_rollouts, repeats,
+                                       args.max_mem_mb * MB, tuple(args.impls), log))
+    shared = [*(["--quick"] if args.quick else []), "--pop-sizes", *map(str, pop_sizes), "--num-rollouts",
+              str(num_rollouts), "--repeats", str(repeats), "--max-mem-mb", str(args.max_mem_mb)]
+    shared += ["--impls", *(i for i in DEVICE_ROWS if i in args.impls)]
+    for n in devices:
+        if n != local and shared[-1] != "--impls":
+            rows.extend(device_rows(n, list(workloads), shared))
+    rows = add_ratios(rows)
+    mem = None if args.no_memory_check else memory_check(**(QUICK_MEMORY if args.quick else MEMORY))
+    load_end = os.getloadavg() if hasattr(os, "getloadavg") else None
     report = {
-        "config": {"quick": args.quick, "envs": list(envs), "pop_sizes": list(pop_sizes),
-                   "num_rollouts": num_rollouts, "repeats": repeats, "hidden_sizes": list(HIDDEN),
-                   "max_mem_mb": args.max_mem_mb,
-                   "not_registered": skipped},
-        "machine": {"jax": jax.__version__, "backend": jax.default_backend(),
+        "config": {"quick": args.quick, "envs": list(workloads), "pop_sizes": list(pop_sizes),
+                   "num_rollouts": num_rollouts, "repeats": repeats, "hidden_sizes": list(bp.HIDDEN),
+                   "devices": devices, "impls": list(args.impls), "max_mem_mb": args.max_mem_mb},
+        "machine": {"jax": jax.__version__, "backend": jax.default_backend(), "local_devices": local,
                     "devices": [str(d) for d in jax.devices()], "cpu_count": os.cpu_count(),
-                    "platform": platform.platform(), "load_average": load},
-        "columns": {"time_s": "median wall seconds per population evaluation (None: not run, "
-                              "its buffers exceed max_mem_mb)",
-                    "compile_s": "trace + lower + compile seconds",
-                    "steps_per_s": "env steps before done / time_s",
-                    "mem_bytes": "XLA compiled temp + output buffer bytes",
-                    "speedup_vs_gymnax": "gymnax RolloutWrapper time_s / time_s"},
+                    "platform": platform.platform(), "load_average_start": load_start, "load_average_end": load_end},
+        "columns": COLUMNS,
         "results": rows,
         "memory_check": mem,
     }
     print(format_table(rows))
-    if _gymnax()[0] is None:
+    if importlib.util.find_spec("gymnax") is None:
         print("gymnax and evosax rows are missing: pip install 'popeval[bench]' adds them")
     if mem is not None:
         print(format_memory(mem))
-    if load is not None:
-        print(f"load average during the run: {load[0]:.1f} (on {os.cpu_count()} cores); timings are noisy")
+    if load_end is not None:
+        print(f"load average at end: {load_end[0]:.2f} (on {os.cpu_count()} cores); timings are noisy", flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2))

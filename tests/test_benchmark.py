@@ -1,51 +1,119 @@
-"""`popeval bench --quick` (= `experiments/benchmark.py --quick`) runs and writes the JSON it
-documents (no speed asserts)."""
+"""The benchmark (`popeval bench`, `popeval.benchmark` and `popeval.benchmark_programs`): the
+quick run writes the JSON it documents, rows from another device count included; the fused
+limit computes the episodes (XLA does not drop the environment); the trained CartPole
+population keeps every episode alive for 500 steps. No speed asserts."""
 
 from __future__ import annotations
 
 import json
 
+import jax
+import numpy as np
+import pytest
 
-ROW_KEYS = {"env", "pop_size", "num_rollouts", "num_env_steps", "impl", "compile_s", "time_s", "times_s",
-            "mem_bytes", "env_steps", "steps_per_s", "speedup_vs_gymnax"}
-MEMORY_KEYS = {"env", "pop_size", "num_rollouts", "num_env_steps", "target_mb", "fitness_xla_mb",
-               "fitness_xla_temp_bytes", "fitness_xla_output_bytes", "trajectory_xla_mb",
-               "trajectory_xla_temp_bytes", "trajectory_xla_output_bytes",
-               "fitness_rss_growth_mb", "fitness_peak_rss_growth_mb", "fitness_min_length", "passed"}
+from popeval import benchmark, benchmark_programs
+from popeval.rollout import RolloutWrapper
+
+ROW_KEYS = {"workload", "env", "pop_size", "num_rollouts", "num_env_steps", "devices", "impl", "compile_s",
+            "time_s", "times_s", "mem_bytes", "env_steps", "steps_per_s", "min_length", "live_over_limit",
+            "speedup_vs_gymnax_best"}
+FOOTPRINT_KEYS = {"env", "pop_size", "num_rollouts", "num_env_steps", "devices", "xla_temp_bytes",
+                  "xla_output_bytes", "xla_argument_bytes", "xla_bytes", "bytes_per_episode", "rss_growth_bytes",
+                  "min_length", "target_mb", "passed"}
+OVER_T_KEYS = {"env", "pop_size", "num_rollouts", "num_env_steps", "xla_bytes", "passed"}
 
 
-def load_benchmark():
-    from popeval import benchmark
-
-    return benchmark
-
-
-def test_quick_benchmark_writes_json(tmp_path, capsys):
-    bench = load_benchmark()
+def test_quick_benchmark_writes_json_with_device_rows(tmp_path, capsys):
+    """`--quick --devices N M`: this process's rows (N devices), and the fitness and fused rows
+    of M devices from a subprocess (CPU only: the subprocess sets JAX_NUM_CPU_DEVICES)."""
+    cpu = jax.default_backend() == "cpu"
+    local = jax.local_device_count()
+    other = 2 if local == 1 else 1
     out = tmp_path / "nested" / "bench.json"
-    assert bench.main(["--quick", "--out", str(out)]) == 0
+    devices = ["--devices", str(local), str(other)] if cpu else []
+    assert benchmark.main(["--quick", "--out", str(out), *devices]) == 0
     report = json.loads(out.read_text())
     assert set(report) == {"config", "machine", "columns", "results", "memory_check"}
     assert report["config"]["quick"] is True and report["config"]["envs"] == ["CartPole-v1"]
+    assert report["machine"]["load_average_start"] is not None and report["machine"]["load_average_end"] is not None
 
     rows = report["results"]
-    assert [r["impl"] for r in rows] == list(bench.IMPLS)  # gymnax and evosax are test deps
+    impls = [r["impl"] for r in rows]  # gymnax and evosax are test deps
+    assert impls == [i for i in benchmark_programs.IMPLS for _ in range(2 if cpu and i in benchmark.DEVICE_ROWS else 1)]
+    # The fused limit runs on all devices of its process: this one's and the subprocess's.
+    assert {r["devices"] for r in rows if r["impl"] == "fused limit"} == ({local, other} if cpu else {local})
     for r in rows:
         assert set(r) == ROW_KEYS, r["impl"]
-        assert r["env"] == "CartPole-v1" and r["pop_size"] == 8 and r["num_rollouts"] == 2
+        assert r["workload"] == r["env"] == "CartPole-v1" and r["pop_size"] == 8 and r["num_rollouts"] == 2
         assert r["num_env_steps"] == 50 and len(r["times_s"]) == 1
         assert r["time_s"] > 0 and r["compile_s"] > 0 and r["mem_bytes"] > 0
-        assert 0 < r["env_steps"] <= 8 * 2 * 50, r
+        assert 1 <= r["min_length"] <= 50
         assert abs(r["steps_per_s"] - r["env_steps"] / r["time_s"]) < 1e-6 * r["steps_per_s"]
+        assert r["speedup_vs_gymnax_best"] > 0
+        assert (r["live_over_limit"] is not None) == r["impl"].startswith("popeval"), r["impl"]
+        if r["impl"] == "fused limit":
+            assert r["env_steps"] == 8 * 2 * 50  # every step counts
+        else:
+            assert 0 < r["env_steps"] <= 8 * 2 * 50, r
     by_impl = {r["impl"]: r for r in rows}
-    assert by_impl["gymnax RolloutWrapper"]["speedup_vs_gymnax"] == 1.0
-    # Both popeval paths play the same episodes: the same number of steps before done.
+    assert by_impl["gymnax best case"]["speedup_vs_gymnax_best"] == 1.0
+    # Both popeval paths play the same episodes, gymnax's two rows the same ones, and another
+    # device count the same ones again.
     assert by_impl["popeval fitness"]["env_steps"] == by_impl["popeval trajectory"]["env_steps"]
+    assert by_impl["gymnax best case"]["env_steps"] == by_impl["gymnax trajectories"]["env_steps"]
+    for r in rows:
+        assert r["env_steps"] == by_impl[r["impl"]]["env_steps"], r
+        assert r["min_length"] == by_impl[r["impl"]]["min_length"], r
 
     mem = report["memory_check"]
-    assert set(mem) == MEMORY_KEYS
-    assert mem["passed"] is True and mem["fitness_min_length"] == mem["num_env_steps"]
-    assert mem["fitness_xla_mb"] > 0
+    assert set(mem) == {"footprint", "over_t"}
+    assert set(mem["footprint"]) == FOOTPRINT_KEYS and set(mem["over_t"]) == OVER_T_KEYS
+    assert mem["footprint"]["passed"] is True and mem["footprint"]["xla_bytes"] > 0
+    assert mem["footprint"]["bytes_per_episode"] == mem["footprint"]["xla_bytes"] / (64 * 2)
+    assert mem["over_t"]["passed"] is True and mem["over_t"]["num_env_steps"] == [20, 100]
 
     printed = capsys.readouterr().out
-    assert "x gymnax" in printed and "memory check" in printed and str(out) in printed
+    for text in ("x gymnax best", "live/limit", "memory over T", "load average at start", "load average at end",
+                 str(out)):
+        assert text in printed, text
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_fused_limit_computes_popeval_episodes(env_id):
+    """In a deterministic environment the fused limit plays popeval's episodes (same reset
+    keys): its returns and lengths are popeval's, so XLA kept the environment (CartPole's
+    reward is a constant 1, so its returns are the episode lengths)."""
+    pop = benchmark_programs.population(env_id, 6, 120)
+    assert not pop.env.stochastic
+    keys = jax.random.split(jax.random.key(3), 4)
+    returns, lengths = jax.jit(benchmark_programs.fused_limit(pop.env, pop.policy, 120))(
+        keys, pop.pop_params, pop.env_params)
+    w = RolloutWrapper(pop.policy.apply, env_name=env_id, num_env_steps=120)
+    fit = w.population_fitness(keys, pop.pop_params)
+    np.testing.assert_array_equal(np.asarray(lengths), np.asarray(fit.lengths))
+    np.testing.assert_allclose(np.asarray(returns), np.asarray(fit.returns), rtol=1e-5)
+    if env_id == "CartPole-v1":
+        np.testing.assert_array_equal(np.asarray(returns), np.asarray(lengths, np.float32))
+        assert 1 < np.asarray(lengths).min() < 120 and len(np.unique(np.asarray(lengths))) > 3
+    else:
+        assert np.all(np.asarray(lengths) == 120) and np.all(np.asarray(returns) < 0)
+
+
+def test_trained_cartpole_population_keeps_every_episode_alive():
+    pop = benchmark_programs.population(benchmark_programs.TRAINED, 4)
+    assert pop.num_env_steps == 500
+    kernels = np.asarray(pop.pop_params["params"]["Dense_0"]["kernel"])
+    assert not np.array_equal(kernels[0], kernels[1]) and np.all(kernels != 0)  # members differ, dense
+    keys = jax.random.split(jax.random.key(7), 2)
+    fit = RolloutWrapper(pop.policy.apply, env_name="CartPole-v1").population_fitness(keys, pop.pop_params)
+    assert np.all(np.asarray(fit.lengths) == 500) and np.all(np.asarray(fit.returns) == 500.0)
+    _, lengths = jax.jit(benchmark_programs.fused_limit(pop.env, pop.policy, 500))(keys, pop.pop_params,
+                                                                                   pop.env_params)
+    assert np.all(np.asarray(lengths) == 500)
+
+
+def test_trained_cartpole_needs_a_cartpole_mlp():
+    pop = benchmark_programs.population("Pendulum-v1", 2)
+    template = pop.policy.init_params(jax.random.key(0), pop.env, pop.env_params)
+    with pytest.raises(ValueError, match="CartPole"):
+        benchmark_programs.trained_cartpole(pop.policy, template, 2)

@@ -1,16 +1,22 @@
 """How the `(P, [M,] B)` episodes of a population are laid out for XLA.
 
-One layout: nested `vmap`s over members, env-param sets and episodes (`over_episodes`), so a
-member's episodes share its parameters (its policy runs as one batched matmul per layer,
-and no parameters are copied per episode). The trajectory path scans `T` steps of it.
+Members run in **chunks** of a fixed shape: `C` members with all their episodes, `C` chosen
+from the episodes per member alone (`chunk_members`: about `CHUNK_EPISODES` episodes per
+chunk), never from `P` or the device count. Inside a chunk, nested `vmap`s over members,
+env-param sets and episodes (`over_episodes`) let a member's episodes share its parameters:
+its policy runs as one batched matmul per layer, and no parameters are copied per episode.
+The population is padded to a multiple of `C` (padding members are finished from the start).
 
-The fitness path (`fitness`) steps the batch in a `lax.while_loop` until every episode is
-done. With compaction, it also shrinks the batch as members finish: once at most half of the
-members in the batch still have a running episode, those members (their parameters, carries
-and keys) are gathered into a batch half the size, down to about 64 episodes; results are
-scattered back at the end. A stage that finds nothing alive is skipped (`lax.cond`), so
-fixed-length episodes pay nothing for it. Compaction never runs more steps than the plain
-loop, and every stage runs the same vmapped step on the same per-member shapes.
+Since every step of every episode is computed by the same code on the same shapes, an
+episode's result does not depend on `P`, on the other members, on where a member sits in the
+population or on how many devices share it, and the trajectory path (`trajectories`: each
+chunk scans `T` steps) equals the fitness path (`fitness`) to the bit.
+
+The fitness path runs in passes. A pass gathers the members that still have a running
+episode to the front (compaction), then steps each of the chunks they fill in a
+`lax.while_loop` until at most half of the chunk's members are still running (the last
+chunk: until it is done), so finished members stop costing and each chunk's parameters are
+read from one contiguous block for many steps. Each member carries its own step count.
 
 `varies` strings name, per argument, the levels it has an axis for, outermost first: `"PMB"`
 per episode (keys, carries), `"P"` per member (parameters), `"M"` per env-param set, `""`
@@ -26,11 +32,11 @@ import jax.numpy as jnp
 
 from popeval.episode import Carry, Episode
 
-__all__ = ["over_episodes", "episode_keys", "fitness", "member_stages", "MIN_STAGE_EPISODES"]
+__all__ = ["over_episodes", "episode_keys", "chunk_members", "trajectories", "fitness", "CHUNK_EPISODES"]
 
-#: Compaction stops halving the batch below this many episodes: smaller batches save
-#: nothing per step on a CPU (the step's fixed costs dominate).
-MIN_STAGE_EPISODES = 64
+#: About this many episodes run side by side in one chunk: enough for the step's fixed costs
+#: to be small next to its work on a CPU, small enough for a chunk to stay in cache.
+CHUNK_EPISODES = 512
 
 
 def over_episodes(fn: Callable, meta: bool, varies: tuple[str, ...]) -> Callable:
@@ -50,13 +56,32 @@ def episode_keys(keys, env_params, meta: bool):
     return jnp.broadcast_to(keys[:, None], (keys.shape[0], m) + keys.shape[1:])
 
 
-def member_stages(num_members: int, episodes_per_member: int) -> list[int]:
-    """Members per compaction stage: P, P/2, P/4, ... while a stage keeps at least
-    `MIN_STAGE_EPISODES` episodes (and one member)."""
-    sizes = [num_members]
-    while sizes[-1] // 2 >= 1 and (sizes[-1] // 2) * episodes_per_member >= MIN_STAGE_EPISODES:
-        sizes.append(sizes[-1] // 2)
-    return sizes
+def chunk_members(episodes_per_member: int) -> int:
+    """Members per chunk for members with `episodes_per_member` episodes (`M x B`)."""
+    return max(1, CHUNK_EPISODES // episodes_per_member)
+
+
+def _chunked(keys, pop_params):
+    """`(C, num_chunks, keys, pop_params)`, both padded to `num_chunks * C` members."""
+    num_members = keys.shape[0]
+    size = chunk_members(keys[0].size)
+    num_chunks = -(-num_members // size)
+    pad = num_chunks * size - num_members
+    if pad:
+        keys, pop_params = jax.tree.map(lambda x: jnp.concatenate([x, jnp.repeat(x[-1:], pad, axis=0)]),
+                                        (keys, pop_params))
+    return size, num_chunks, keys, pop_params
+
+
+def trajectories(single: Callable, keys, pop_params, env_params, obs_stats, meta: bool):
+    """`single(key, params, env_params, obs_stats)` over `(P, [M,] B)`, chunk by chunk."""
+    keys = episode_keys(keys, env_params, meta)
+    num_members = keys.shape[0]
+    size, num_chunks, keys, pop_params = _chunked(keys, pop_params)
+    fn = over_episodes(single, meta, ("PMB", "P", "M", ""))
+    split = lambda x: x.reshape((num_chunks, size) + x.shape[1:])  # noqa: E731
+    out = jax.lax.map(lambda c: fn(c[0], c[1], env_params, obs_stats), jax.tree.map(split, (keys, pop_params)))
+    return jax.tree.map(lambda x: x.reshape((num_chunks * size,) + x.shape[2:])[:num_members], out)
 
 
 def _running(alive: jax.Array) -> jax.Array:
@@ -66,48 +91,66 @@ def _running(alive: jax.Array) -> jax.Array:
 
 def fitness(episode: Episode, num_steps: int, keys, pop_params, env_params, obs_stats, meta: bool,
             compaction: bool = True) -> Carry:
-    """The final `(P, [M,] B)` carries, stepping until every episode is done or `num_steps`."""
-    carry, key_episode = over_episodes(episode.init, meta, ("PMB", "M"))(episode_keys(keys, env_params, meta),
-                                                                      env_params)
+    """The final `(P, [M,] B)` carries, each episode stepped until done or `num_steps`."""
+    keys = episode_keys(keys, env_params, meta)
+    num_members = keys.shape[0]
+    size, num_chunks, keys, pop_params = _chunked(keys, pop_params)
+    init = over_episodes(episode.init, meta, ("PMB", "M"))
+    split = lambda x: x.reshape((num_chunks, size) + x.shape[1:])  # noqa: E731
+    merge = lambda x: x.reshape((num_chunks * size,) + x.shape[2:])  # noqa: E731
+    carry, key_episode = jax.tree.map(merge, jax.lax.map(lambda k: init(k, env_params), split(keys)))
+    padding = jnp.arange(num_chunks * size) >= num_members
+    carry = carry._replace(alive=carry.alive & ~padding.reshape((-1,) + (1,) * (carry.alive.ndim - 1)))
 
     def step(t, key_episode, c, params, env_params):
         return episode.step(t, key_episode, c, params, env_params, obs_stats, False)[0]
 
-    step = over_episodes(step, meta, ("", "PMB", "PMB", "P", "M"))
-    num_members = carry.alive.shape[0]
-    sizes = member_stages(num_members, carry.alive.size // num_members) if compaction else [num_members]
+    step = over_episodes(step, meta, ("P", "PMB", "PMB", "P", "M"))
 
-    def run(t, c, key_episode, params, size_next):
+    def run_chunk(i, buffers):
+        order, t, carry, key_episode, params, last = buffers
+        part = lambda x: jax.lax.dynamic_slice_in_dim(x, i * size, size)  # noqa: E731
+        c_t, c_carry, c_keys, c_params = jax.tree.map(part, (t, carry, key_episode, params))
+        # Until at most half of the chunk's members run (the last chunk, or without
+        # compaction every chunk: until it is done).
+        floor = jnp.where(last, 0, size // 2) if compaction else 0
+
         def cond(loop):
             t, c = loop
-            return (t < num_steps) & (jnp.sum(_running(c.alive)) > size_next)
+            running = _running(c.alive) & (t < num_steps)
+            return jnp.sum(running) > floor
 
-        def body(loop):
+        def body(loop):  # a finished member's count may pass num_steps: it is never read
             t, c = loop
-            return t + 1, step(t, key_episode, c, params, env_params)
+            return t + 1, step(t, c_keys, c, c_params, env_params)
 
-        return jax.lax.while_loop(cond, body, (t, c))
+        c_t, c_carry = jax.lax.while_loop(cond, body, (c_t, c_carry))
+        put = lambda buf, x: jax.lax.dynamic_update_slice_in_dim(buf, x, i * size, 0)  # noqa: E731
+        t, carry = put(t, c_t), jax.tree.map(put, carry, c_carry)
+        return order, t, carry, key_episode, params, last
 
-    t, current = run(jnp.int32(0), carry, key_episode, pop_params, sizes[1] if len(sizes) > 1 else 0)
-    result, origin = current, jnp.arange(num_members)
-    for j, size in enumerate(sizes[1:], start=1):
-        size_next = sizes[j + 1] if j + 1 < len(sizes) else 0
+    def live(buffers):
+        _, t, carry, *_ = buffers
+        return _running(carry.alive) & (t < num_steps)
 
-        def stage(operands, size=size, size_next=size_next):
-            t, current, origin, result = operands
-            # Members with a running episode first (stable), then finished ones as padding.
-            order = jnp.argsort(~_running(current.alive), stable=True)[:size]
-            origin = origin[order]
-            current = jax.tree.map(lambda x: x[order], current)
-            params = jax.tree.map(lambda x: x[origin], pop_params)
-            t, current = run(t, current, key_episode[origin], params, size_next)
-            return t, current, origin, jax.tree.map(lambda r, c: r.at[origin].set(c), result, current)
+    def one_pass(buffers):
+        running = live(buffers)
+        if compaction:  # members with a running episode first (stable), finished ones after
+            def gather(operands):
+                perm = jnp.argsort(~operands[-1], stable=True)
+                return jax.tree.map(lambda x: x[perm], operands)
 
-        def skip(operands, size=size):
-            t, current, origin, result = operands
-            # Same shapes as `stage`: the first `size` slots (all finished, nothing to do).
-            return t, jax.tree.map(lambda x: x[:size], current), origin[:size], result
+            packed = jnp.all(running[:-1] | ~running[1:])  # no running member after a finished one
+            *moved, running = jax.lax.cond(packed, lambda x: x, gather, buffers[:-1] + (running,))
+            buffers = tuple(moved) + buffers[-1:]
+        chunks = -(-jnp.sum(running) // size) if compaction else num_chunks
+        buffers = buffers[:-1] + (chunks <= 1,)
+        return jax.lax.fori_loop(0, chunks, run_chunk, buffers)
 
-        pending = (t < num_steps) & jnp.any(current.alive)
-        t, current, origin, result = jax.lax.cond(pending, stage, skip, (t, current, origin, result))
-    return result
+    order = jnp.arange(num_chunks * size)
+    t = jnp.zeros(num_chunks * size, jnp.int32)
+    buffers = (order, t, carry, key_episode, pop_params, jnp.bool_(False))
+    buffers = jax.lax.while_loop(lambda b: jnp.any(live(b)), one_pass, buffers)
+    order, carry = buffers[0], buffers[2]
+    back = jnp.argsort(order)[:num_members]
+    return jax.tree.map(lambda x: x[back], carry)

@@ -90,10 +90,9 @@ class RolloutWrapper:
         common_random_numbers: whether all members share the `B` episode keys.
         obs_normalization: feed the policy `(obs - mean) / std` from the `obs_stats`
             argument, and collect this batch's statistics in the fitness path.
-        compaction: let the fitness path shrink its batch as members finish (all their
-            episodes done): the members still running are gathered into batches of P/2,
-            P/4, ... (`popeval.layouts`). Same results either way (bit for bit); `False`
-            only saves the compile time of the extra stages.
+        compaction: let the fitness path gather the members that still have a running
+            episode into fewer chunks as others finish (`popeval.layouts`). Same results
+            either way, bit for bit.
         devices: the local devices the population methods split the member axis over:
             `None` (default) for all local devices, a count, or a list of devices. The
             results do not depend on it (`popeval.sharding`).
@@ -180,8 +179,7 @@ class RolloutWrapper:
 
     def _population_rollout_fn(self, keys, pop_params, env_params, obs_stats):
         meta = self._is_param_batch(env_params)
-        fn = layouts.over_episodes(self._single_fn, meta, ("PMB", "P", "M", ""))
-        return fn(layouts.episode_keys(keys, env_params, meta), pop_params, env_params, obs_stats)
+        return layouts.trajectories(self._single_fn, keys, pop_params, env_params, obs_stats, meta)
 
     def _population_fitness_fn(self, keys, pop_params, env_params, obs_stats):
         meta = self._is_param_batch(env_params)

@@ -48,7 +48,7 @@ class EvolveConfig:
     num_generations: int = 100
     common_random_numbers: bool = True
     obs_normalization: bool = False
-    compaction: bool = True  # RolloutWrapper(compaction=...): pays while most episodes are short
+    compaction: bool = True  # RolloutWrapper(compaction=...): same results, faster when episodes end early
     seed: int = 0
     target: typing.Optional[float] = None  # reached when the population mean fitness >= target
     stop_at_target: bool = False
@@ -103,7 +103,7 @@ FIELD_HELP = {
     "num_generations": "generations to run (raise it to extend a finished run)",
     "common_random_numbers": "all members play the same episodes in a generation",
     "obs_normalization": "normalise observations with running statistics",
-    "compaction": "gather still-running episodes into smaller batches as others end",
+    "compaction": "gather members with running episodes into fewer chunks as others end (same results)",
     "seed": "the run's seed (int32)",
     "target": "population mean fitness that counts as solved (null: none)",
     "stop_at_target": "stop at the first generation that reaches the target",

@@ -27,9 +27,9 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, PartitionSpec
 
 from popeval import keys as keys_lib
+from popeval import sharding
 from popeval.environments import make
 from popeval.policies import MLPPolicy
 from popeval.rollout import RolloutWrapper
@@ -126,26 +126,6 @@ def population(workload: str, pop_size: int, num_env_steps: int | None = None) -
     return Population(workload, env_id, env, env_params, policy, pop_params, steps)
 
 
-def _shard_members(fn: Callable, devices: int) -> Callable:
-    """`fn(keys, pop_params, env_params)` with the members split over the first `devices` local
-    devices (`shard_map`; `P` padded to a multiple of `devices` with copies of the last member)."""
-    if devices == 1:
-        return fn
-    mesh = Mesh(np.array(jax.local_devices()[:devices]), ("members",))
-    mapped = jax.shard_map(fn, mesh=mesh, in_specs=(PartitionSpec(), PartitionSpec("members"), PartitionSpec()),
-                           out_specs=PartitionSpec("members"), check_vma=False)
-
-    def sharded(keys, pop_params, env_params):
-        size = jax.tree.leaves(pop_params)[0].shape[0]
-        pad = -size % devices
-        if not pad:
-            return mapped(keys, pop_params, env_params)
-        pop_params = jax.tree.map(lambda x: jnp.concatenate([x, jnp.repeat(x[-1:], pad, axis=0)]), pop_params)
-        return jax.tree.map(lambda x: x[:size], mapped(keys, pop_params, env_params))
-
-    return sharded
-
-
 def fused_limit(env: Any, policy: MLPPolicy, num_steps: int, devices: int = 1) -> Callable:
     """The machine's limit for a population evaluation: `fn(keys (B,), pop_params, env_params)
     -> (returns, lengths)`, each `(P, B)`.
@@ -176,11 +156,17 @@ def fused_limit(env: Any, policy: MLPPolicy, num_steps: int, devices: int = 1) -
         (_, _, ret, length, _), _ = jax.lax.scan(body, init, None, num_steps)
         return ret, length
 
-    def fused(keys, pop_params, env_params):
-        reset_keys = jax.vmap(lambda k: keys_lib.split_episode(k)[0])(keys)
-        return jax.vmap(member, in_axes=(0, None, None))(pop_params, reset_keys, env_params)
+    def fused(member_keys, pop_params, env_params):  # member_keys (P, B)
+        reset_keys = jax.vmap(jax.vmap(lambda k: keys_lib.split_episode(k)[0]))(member_keys)
+        return jax.vmap(member, in_axes=(0, 0, None))(pop_params, reset_keys, env_params)
 
-    return _shard_members(fused, devices)
+    sharded = sharding.shard_members(fused, sharding.resolve_devices(devices))
+
+    def run(keys, pop_params, env_params):
+        size = jax.tree.leaves(pop_params)[0].shape[0]
+        return sharded(jnp.broadcast_to(keys, (size,) + keys.shape), pop_params, env_params)
+
+    return run
 
 
 def _gymnax() -> tuple[Any, Any, Any]:

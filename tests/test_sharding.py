@@ -204,10 +204,8 @@ def test_wrapper_results_identical_across_device_counts(wrapper_runs, name):
 
 
 def test_wrapper_devices_argument_is_checked():
-    from popeval.environments import make
     from popeval.rollout import RolloutWrapper
 
-    make("CartPole-v1")
     with pytest.raises(ValueError, match="JAX_NUM_CPU_DEVICES"):
         RolloutWrapper(None, env_name="CartPole-v1", devices=10_000)
     assert len(RolloutWrapper(None, env_name="CartPole-v1", devices=1).devices) == 1

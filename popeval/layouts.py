@@ -120,9 +120,12 @@ def fitness(episode: Episode, num_steps: int, keys, pop_params, env_params, obs_
             running = _running(c.alive) & (t < num_steps)
             return jnp.sum(running) > floor
 
-        def body(loop):  # a finished member's count may pass num_steps: it is never read
+        def body(loop):
             t, c = loop
-            return t + 1, step(t, c_keys, c, c_params, env_params)
+            # A member that has taken its num_steps steps rides along (its slot is in the
+            # chunk) but stops counting: its episodes are over.
+            within = (t < num_steps).reshape((-1,) + (1,) * (c.alive.ndim - 1))
+            return t + 1, step(t, c_keys, c._replace(alive=c.alive & within), c_params, env_params)
 
         c_t, c_carry = jax.lax.while_loop(cond, body, (c_t, c_carry))
         put = lambda buf, x: jax.lax.dynamic_update_slice_in_dim(buf, x, i * size, 0)  # noqa: E731

@@ -257,6 +257,12 @@ def test_compaction_cartpole():
     # Members finish at very different times, so the passes do compact.
     member_lengths = np.sort(np.asarray(fit.lengths).max(axis=1))
     assert member_lengths[100] < 50 and member_lengths[-1] > 200, member_lengths
+    # A step budget below the episode limit: chunks mix members at different step counts,
+    # and those that used up the budget must stop counting while others run on.
+    short = RolloutWrapper(policy.apply, env_name="CartPole-v1", num_env_steps=60, devices=1)
+    fit, traj = both(short, keys, pop)
+    assert_fitness_matches_rollout(fit, traj, "CartPole P=200 B=8 T=60")
+    assert int(np.max(fit.lengths)) == 60 and int(np.min(fit.lengths)) < 60
 
 
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Acrobot-v1"])

@@ -7,10 +7,12 @@ env-param sets and episodes (`over_episodes`) let a member's episodes share its 
 its policy runs as one batched matmul per layer, and no parameters are copied per episode.
 The population is padded to a multiple of `C` (padding members are finished from the start).
 
-Since every step of every episode is computed by the same code on the same shapes, an
-episode's result does not depend on `P`, on the other members, on where a member sits in the
-population or on how many devices share it, and the trajectory path (`trajectories`: each
-chunk scans `T` steps) equals the fitness path (`fitness`) to the bit.
+Every step of every episode is computed by the same code on the same shapes, so an episode's
+result does not depend on the other members or on where a member sits in the population,
+and the trajectory path (`trajectories`: each chunk scans `T` steps) equals the fitness path
+(`fitness`) to the bit. Across population sizes and device counts the surrounding program
+differs and XLA:CPU may round differently (rarely, and visibly only on chaotic tasks; README,
+Exactness).
 
 The fitness path runs in passes. A pass gathers the members that still have a running
 episode to the front (compaction), then steps each of the chunks they fill in a

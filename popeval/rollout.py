@@ -94,8 +94,9 @@ class RolloutWrapper:
             episode into fewer chunks as others finish (`popeval.layouts`). Same results
             either way, bit for bit.
         devices: the local devices the population methods split the member axis over:
-            `None` (default) for all local devices, a count, or a list of devices. The
-            results do not depend on it (`popeval.sharding`).
+            `None` (default) for all local devices, a count, or a list of devices
+            (`popeval.sharding`). Results agree across device counts except in the last
+            bits on some chaotic tasks (README, Exactness).
     """
 
     def __init__(

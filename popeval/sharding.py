@@ -2,16 +2,18 @@
 
 `RolloutWrapper` (`shard_members`): its population methods split the member axis over the
 local devices with `shard_map` (padding `P` to a multiple of the device count with copies of
-the last member, dropped from the outputs); every device runs the same per-member program, so
-the numbers do not depend on the device count.
+the last member, dropped from the outputs). Every device runs the same per-member program,
+but XLA compiles the sharded program differently, so on some chaotic tasks (CartPole) the
+last bits differ from one device (README, Exactness).
 
-The evolve loop (`Replicated`): a generation runs as one `jax.pmap`ped program: every device receives the same replicated
-inputs (strategy state, generation), takes its slice of the population by *global* member
-index, evaluates it, and all devices `all_gather` the fitness so each can run the (cheap,
+The evolve loop (`Replicated`): a generation runs as one `jax.pmap`ped program: every device
+receives the same replicated inputs (strategy state, generation), takes its slice of the
+population by *global* member index, evaluates it, and all devices `all_gather` the fitness so each can run the (cheap,
 deterministic) strategy update itself. The population is padded to a multiple of the device
 count; padded slots evaluate a copy of the last member and are dropped after the gather, so
 the padding never reaches the strategy. Since episode keys derive from member indices, never
-from the device layout, 1, 2 or 4 devices give identical results.
+from the device layout, 1, 2 or 4 devices play the same episodes (bit-identical runs on
+the configs `tests/test_sharding.py` checks; see the caveat above for chaotic tasks).
 
 On a CPU, XLA runs one device on about one core; `use_all_cores()` splits the host into one
 device per core (it must run before JAX initialises its backends).

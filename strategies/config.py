@@ -13,12 +13,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import typing
-from pathlib import Path
-from typing import Any
 
-import yaml
-
+from popeval import typed_config
 from popeval.environments.registry import did_you_mean
+from popeval.typed_config import parse_overrides
 
 __all__ = ["EvolveConfig", "RunOptions", "load_config", "parse_overrides", "config_from_dict"]
 
@@ -57,8 +55,7 @@ class EvolveConfig:
     checkpoint_every: int = 10
 
     def __post_init__(self):
-        for f in dataclasses.fields(self):  # the Python API checks what YAML and the CLI check
-            object.__setattr__(self, f.name, _check_type(f.name, getattr(self, f.name)))
+        typed_config.check_types(self)  # the Python API checks what YAML and the CLI check
         if not -(2**31) <= self.seed < 2**31:
             raise ValueError(f"seed must fit in int32 ([-2**31, 2**31)), got {self.seed}")
         if any(h < 1 for h in self.hidden_sizes) or not all(isinstance(h, int) and not isinstance(h, bool)
@@ -153,46 +150,13 @@ class RunOptions:
             raise ValueError("pass either run_dir (a new run) or resume (an existing one), not both")
 
 
-def _check_type(name: str, value: Any) -> Any:
-    hint = typing.get_type_hints(EvolveConfig)[name]
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    allowed = args if origin is typing.Union else (hint,)
-    for t in allowed:
-        if t is type(None) and value is None:
-            return value
-        if t is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if t is tuple and isinstance(value, (list, tuple)):
-            return tuple(value)
-        if t is not type(None) and isinstance(value, t) and not (t is int and isinstance(value, bool)):
-            return value
-    names = " or ".join(getattr(t, "__name__", str(t)) for t in allowed)
-    raise TypeError(f"config key {name!r}: expected {names}, got {value!r} ({type(value).__name__})")
-
-
-def parse_overrides(items: list[str]) -> dict:
-    """`["--key=value", "key2=value2"]` -> `{key: value}` (values in YAML syntax)."""
-    out = {}
-    for item in items:
-        item = item[2:] if item.startswith("--") else item
-        if "=" not in item:
-            raise ValueError(f"override {item!r}: expected key=value")
-        k, v = item.split("=", 1)
-        out[k.replace("-", "_")] = yaml.safe_load(v)
-    return out
-
-
 def config_from_dict(data: dict) -> EvolveConfig:
     """An `EvolveConfig` from a mapping, every key checked and typed.
 
     Raises:
         ValueError / TypeError naming an unknown or mistyped key.
     """
-    fields = [f.name for f in dataclasses.fields(EvolveConfig)]
-    for k in data:
-        if k not in fields:
-            raise ValueError(f"unknown config key {k!r}" + did_you_mean(k, fields))
-    return EvolveConfig(**data)
+    return typed_config.from_mapping(EvolveConfig, data)
 
 
 def load_config(path: str | os.PathLike | None = None, overrides: list[str] | dict | None = None) -> EvolveConfig:
@@ -201,13 +165,4 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | di
     Raises:
         ValueError / TypeError naming an unknown or mistyped key.
     """
-    data: dict = {}
-    if path is not None:
-        try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
-        except (yaml.YAMLError, UnicodeDecodeError) as e:
-            raise ValueError(f"{path}: not a readable YAML config ({' '.join(str(e).split())[:200]})") from None
-        if not isinstance(data, dict):
-            raise ValueError(f"{path}: a config file holds a mapping of keys to values")
-    data.update(overrides if isinstance(overrides, dict) else parse_overrides(overrides or []))
-    return config_from_dict(data)
+    return typed_config.load(EvolveConfig, path, overrides)

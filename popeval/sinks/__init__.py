@@ -1,4 +1,4 @@
-"""Where a run's metrics go: one small protocol, five sinks.
+"""Where a run's metrics go: one small protocol, six sinks.
 
     sinks = [CSVSink(), PlotSink(), WandbSink("offline"), ProgressSink()]
     evolve(config, options, sinks=sinks)      # the loop calls start / log / close
@@ -18,9 +18,9 @@ warning and is then ignored: it never stops a run.
 """
 
 from .base import RunInfo, Sink
-from .files import FITNESS_PNG, METRICS_CSV, CSVSink, PlotSink, plot_fitness, read_metrics
+from .files import CURVE_PNG, FITNESS_PNG, METRICS_CSV, CSVSink, CurveSink, PlotSink, plot_curves, plot_fitness, read_metrics
 from .progress import LogSink, ProgressSink
 from .weights_and_biases import WandbSink, wandb_mode
 
-__all__ = ["RunInfo", "Sink", "CSVSink", "PlotSink", "WandbSink", "ProgressSink", "LogSink", "read_metrics",
-           "plot_fitness", "wandb_mode", "METRICS_CSV", "FITNESS_PNG"]
+__all__ = ["RunInfo", "Sink", "CSVSink", "PlotSink", "CurveSink", "WandbSink", "ProgressSink", "LogSink",
+           "read_metrics", "plot_fitness", "plot_curves", "wandb_mode", "METRICS_CSV", "FITNESS_PNG", "CURVE_PNG"]

@@ -10,10 +10,12 @@ from typing import Any
 
 from .base import RunInfo
 
-__all__ = ["CSVSink", "PlotSink", "plot_fitness", "read_metrics", "METRICS_CSV", "FITNESS_PNG"]
+__all__ = ["CSVSink", "PlotSink", "CurveSink", "plot_fitness", "plot_curves", "read_metrics", "METRICS_CSV",
+           "FITNESS_PNG", "CURVE_PNG"]
 
 METRICS_CSV = "metrics.csv"
 FITNESS_PNG = "fitness.png"
+CURVE_PNG = "curve.png"
 
 
 def read_metrics(path: str | os.PathLike) -> list[dict[str, str]]:
@@ -150,3 +152,48 @@ class PlotSink:
         if self.info is not None:
             plot_fitness(self.info.run_dir / self.csv_filename, self.info.run_dir / self.filename,
                          self.info.title, self.info.target)
+
+
+def plot_curves(csv_path: str | os.PathLike, png_path: str | os.PathLike, x: str, ys: tuple[str, ...],
+                title: str = "", target: float | None = None) -> bool:
+    """Draws the columns `ys` of a `metrics.csv` against its column `x` into a PNG (a training
+    curve of an RL agent); returns whether there was anything to draw."""
+    rows = read_metrics(csv_path)
+    num = lambda r, k: float(r[k]) if r.get(k) not in (None, "", "nan") else math.nan  # noqa: E731
+    rows = [r for r in rows if None not in r.values() and math.isfinite(num(r, x))]
+    if not rows:
+        return False
+    plt = _import_pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for key in ys:
+        points = [(num(r, x), num(r, key)) for r in rows if math.isfinite(num(r, key))]
+        if points:
+            ax.plot(*zip(*points), label=key)
+    if target is not None:
+        ax.axhline(target, color="black", linewidth=0.8, linestyle="-.", label=f"target {target:g}")
+    ax.set_xlabel(x)
+    ax.set_title(title)
+    ax.legend(loc="best", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=100)
+    plt.close(fig)
+    return True
+
+
+class CurveSink:
+    """Draws `RUN/curve.png` (columns `ys` against `x` of `RUN/metrics.csv`) when the run closes."""
+
+    def __init__(self, x: str, ys: tuple[str, ...], filename: str = CURVE_PNG, csv_filename: str = METRICS_CSV):
+        self.x, self.ys, self.filename, self.csv_filename = x, tuple(ys), filename, csv_filename
+        self.info: RunInfo | None = None
+
+    def start(self, info: RunInfo) -> None:
+        self.info = info
+
+    def log(self, step: int, metrics: dict[str, Any]) -> None:
+        pass
+
+    def close(self) -> None:
+        if self.info is not None:
+            plot_curves(self.info.run_dir / self.csv_filename, self.info.run_dir / self.filename, self.x, self.ys,
+                        self.info.title, self.info.target)

@@ -1,0 +1,99 @@
+"""Typed, frozen experiment configs read from YAML and `key=value` overrides.
+
+    @dataclasses.dataclass(frozen=True)
+    class MyConfig:
+        env_name: str = "CartPole-v1"
+        hidden_sizes: tuple = (64,)
+        target: typing.Optional[float] = None
+
+        def __post_init__(self):
+            check_types(self)            # YAML's 1 -> 1.0 for a float field, lists -> tuples
+
+    config = load(MyConfig, "experiments/configs/x.yaml", ["--hidden_sizes=[32, 32]"])
+
+One reader for every config of the project (`popeval.strategies.EvolveConfig`, the RL agents'
+configs): an unknown key or a value of the wrong type raises an error naming the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from popeval.environments.registry import did_you_mean
+
+__all__ = ["check_types", "parse_overrides", "from_mapping", "load"]
+
+
+def _coerce(cls: type, name: str, value: Any) -> Any:
+    hint = typing.get_type_hints(cls)[name]
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    allowed = args if origin is typing.Union else (hint,)
+    for t in allowed:
+        if t is type(None) and value is None:
+            return value
+        if t is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if t is tuple and isinstance(value, (list, tuple)):
+            return tuple(value)
+        if t is not type(None) and isinstance(value, t) and not (t is int and isinstance(value, bool)):
+            return value
+    names = " or ".join(getattr(t, "__name__", str(t)) for t in allowed)
+    raise TypeError(f"config key {name!r}: expected {names}, got {value!r} ({type(value).__name__})")
+
+
+def check_types(config: Any) -> None:
+    """Checks every field of a frozen dataclass against its annotation, in place (call it
+    from `__post_init__`): ints are accepted for floats, lists for tuples.
+
+    Raises:
+        TypeError naming the key, the expected type and the value.
+    """
+    for f in dataclasses.fields(config):
+        object.__setattr__(config, f.name, _coerce(type(config), f.name, getattr(config, f.name)))
+
+
+def parse_overrides(items: list[str]) -> dict:
+    """`["--key=value", "key2=value2"]` -> `{key: value}` (values in YAML syntax; `-` in keys
+    reads as `_`)."""
+    out = {}
+    for item in items:
+        item = item[2:] if item.startswith("--") else item
+        if "=" not in item:
+            raise ValueError(f"override {item!r}: expected key=value")
+        k, v = item.split("=", 1)
+        out[k.replace("-", "_")] = yaml.safe_load(v)
+    return out
+
+
+def from_mapping(cls: type, data: dict) -> Any:
+    """`cls(**data)`, refusing unknown keys with the close matches."""
+    fields = [f.name for f in dataclasses.fields(cls)]
+    for k in data:
+        if k not in fields:
+            raise ValueError(f"unknown config key {k!r}" + did_you_mean(k, fields))
+    return cls(**data)
+
+
+def load(cls: type, path: str | os.PathLike | None = None, overrides: list[str] | dict | None = None) -> Any:
+    """A `cls` from a YAML file (or the defaults when `path` is None) and overrides
+    (`["key=value", ...]` in YAML syntax, or a dict).
+
+    Raises:
+        ValueError / TypeError naming an unreadable file, an unknown or a mistyped key.
+    """
+    data: dict = {}
+    if path is not None:
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except (yaml.YAMLError, UnicodeDecodeError) as e:
+            raise ValueError(f"{path}: not a readable YAML config ({' '.join(str(e).split())[:200]})") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: a config file holds a mapping of keys to values")
+    data.update(overrides if isinstance(overrides, dict) else parse_overrides(overrides or []))
+    return from_mapping(cls, data)

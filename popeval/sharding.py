@@ -15,6 +15,11 @@ the padding never reaches the strategy. Since episode keys derive from member in
 from the device layout, 1, 2 or 4 devices play the same episodes (bit-identical runs on
 the configs `tests/test_sharding.py` checks; see the caveat above for chaotic tasks).
 
+Anakin (`popeval.agents.anakin`): a learner `vmap`ped over a batch of environments runs
+under `Replicated` too; its per-environment state is split over the devices with
+`split_leading` (global environment `i` lands on device `i // per_device`). `pmap` is plain `jax.pmap` over chosen devices, for code measured as
+written (the seed's Anakin in `popeval.agents.anakin_seed`).
+
 On a CPU, XLA runs one device on about one core; `use_all_cores()` splits the host into one
 device per core (it must run before JAX initialises its backends).
 """
@@ -32,7 +37,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from popeval import compiler, keys
 
 __all__ = ["AXIS", "use_all_cores", "num_devices", "resolve_devices", "shard_members", "local_slice",
-           "gather_members", "Replicated"]
+           "gather_members", "Replicated", "split_leading", "pmap"]
 
 #: Name of the device axis inside a sharded generation.
 AXIS = "devices"
@@ -170,3 +175,27 @@ class Replicated:
             return keys.from_raw(np.asarray(keys.to_raw(data))[0], data)
 
         return jax.tree.map(one, tree)
+
+
+def split_leading(tree: Any, devices: int) -> Any:
+    """`(devices * per_device, ...)` -> `(devices, per_device, ...)`: a batch in global order,
+    stacked for a `Replicated` call over the first `devices` local devices and placed there
+    (device `d` holds items `d * per_device` onwards), so the first call moves no data.
+
+    Raises:
+        ValueError when the leading axis is not a multiple of `devices`.
+    """
+    stacked = NamedSharding(Mesh(np.array(jax.local_devices()[:devices]), (AXIS,)), PartitionSpec(AXIS))
+
+    def one(x):
+        if x.shape[0] % devices:
+            raise ValueError(f"a batch of {x.shape[0]} cannot be split evenly over {devices} device(s)")
+        return jax.device_put(x.reshape((devices, x.shape[0] // devices) + x.shape[1:]), stacked)
+
+    return jax.tree.map(one, tree)
+
+
+def pmap(fn: Callable, devices: Any = None, axis_name: str = AXIS) -> Callable:
+    """`jax.pmap(fn, axis_name)` over `resolve_devices(devices)` (default: every local device),
+    compiled with JAX's defaults on the first call."""
+    return jax.pmap(fn, axis_name=axis_name, devices=resolve_devices(devices))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import typing
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,9 @@ import yaml
 from popeval.environments.registry import did_you_mean
 
 __all__ = ["check_types", "parse_overrides", "from_mapping", "load"]
+
+#: A number in exponent notation without a dot (`1e-4`, `3E5`), which YAML 1.1 leaves a string.
+_YAML11_FLOAT = re.compile(r"[-+]?[0-9]+[eE][-+]?[0-9]+")
 
 
 def _coerce(cls: type, name: str, value: Any) -> Any:
@@ -39,6 +43,8 @@ def _coerce(cls: type, name: str, value: Any) -> Any:
             return value
         if t is float and isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
+        if t is float and isinstance(value, str) and _YAML11_FLOAT.fullmatch(value.strip()):
+            return float(value)  # YAML 1.1 reads `1e-4` (no dot) as a string
         if t is tuple and isinstance(value, (list, tuple)):
             return tuple(value)
         if t is not type(None) and isinstance(value, t) and not (t is int and isinstance(value, bool)):

@@ -31,6 +31,9 @@ def test_config_from_yaml_and_overrides(tmp_path):
     config = load_config(_Config, path, ["--batch-size=4", "target=0.9"])
     assert config == _Config(step_size=1.0, batch_size=4, hidden_sizes=(16, 16), target=0.9)
     assert isinstance(config.step_size, float)
+    assert load_config(_Config, None, ["step_size=1e-4"]).step_size == 1e-4  # a string in YAML 1.1
+    with pytest.raises(TypeError, match="'step_size': expected float"):
+        load_config(_Config, None, ["step_size=fast"])
     with pytest.raises(ValueError, match="unknown config key 'batch_sise'.*batch_size"):
         load_config(_Config, path, ["batch_sise=4"])
     with pytest.raises(TypeError, match="'batch_size': expected int"):

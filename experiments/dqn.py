@@ -47,7 +47,7 @@ def main(argv=None) -> int:
         try:
             import gymnasium  # noqa: F401
         except ImportError as e:
-            print(f"--anchor steps gymnasium's CartPole: pip install 'popeval[test]' ({e})", file=sys.stderr)
+            print(f"--anchor steps gymnasium's CartPole: pip install 'popeval[bench]' ({e})", file=sys.stderr)
             return 2
     name = Path(args.config).stem if args.config else "dqn"
     run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(name)

@@ -8,10 +8,11 @@
 """
 
 from . import spaces
-from .environment import Environment
-from .registry import REGISTRY, make, registered_envs
+from .environment import EnvParams, EnvState, Environment
+from .registry import REGISTRY, make, register, registered_envs
 
-__all__ = ["Environment", "REGISTRY", "Visualizer", "make", "registered_envs", "render", "spaces"]
+__all__ = ["EnvParams", "EnvState", "Environment", "REGISTRY", "Visualizer", "make", "register",
+           "registered_envs", "render", "spaces"]
 
 
 def __getattr__(name):  # rendering (and Pillow) is loaded on first use

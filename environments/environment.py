@@ -10,13 +10,22 @@ arguments). Everything that changes or may be randomised lives in two immutable 
     transition(key, state, action, params) -> (EnvState, reward, terminated)
     get_obs(state, params, key) -> observation
 
-plus `observation_space(params)` / `action_space(params)`. This base class adds, once for
-all environments, the public API:
+plus `observation_space(params)` / `action_space(params)`. `EnvState` and `EnvParams` below
+are bases a user-defined environment may subclass (every built-in one defines its own flax
+struct dataclasses with the same two fields). This base class adds, once for all
+environments, the public API:
 
     obs, state = env.reset(key, params)
     obs, state, reward, done, info = env.step(key, state, action, params)   # auto-resets
     obs, state = env.reset_env(key, params)                                 # raw
     obs, state, reward, done, info = env.step_env(key, state, action, params)  # raw
+
+    env.state_space(params)                                                 # a spaces.Dict
+
+Called eagerly (concrete arguments, a Python loop), the four functions run through `jax.jit`
+functions built once per environment object (objects are immutable), so a Python loop
+costs one dispatch per call and gives exactly `jax.jit(env.step)`'s results; called inside
+`jit`/`vmap`/`scan` (traced arguments) they are traced inline.
 
 `done = terminated | truncated`; `truncated` is the time limit
 (`state.time >= params.max_steps_in_episode`, as gymnasium's `TimeLimit`);
@@ -35,14 +44,60 @@ Parameters are checked when built with `make` or `replace`, not inside `jit`/`vm
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from flax import struct
 
 from . import spaces
+from .checks import bounded, params_dataclass
 
-__all__ = ["Environment"]
+__all__ = ["EnvParams", "EnvState", "Environment"]
+
+
+@struct.dataclass
+class EnvState:
+    """Base of an environment's state: `time` counts the steps of the current episode."""
+
+    time: jax.Array
+
+
+@params_dataclass
+class EnvParams:
+    """Base of an environment's parameters: the episode limit (gymnasium's `TimeLimit`).
+
+    Subclasses add fields with defaults, e.g. `gravity: float = bounded(9.8, 0.0)`.
+    """
+
+    max_steps_in_episode: int = bounded(1000, 1)
+
+
+def _traced(tree: Any) -> bool:
+    return any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(tree))
+
+
+def _leaf_space(leaf: jax.ShapeDtypeStruct) -> spaces.Space:
+    """The widest space of one state leaf: its dtype's whole range (floats unbounded)."""
+    dtype = np.dtype(leaf.dtype)
+    if dtype == np.bool_:
+        return spaces.Box(0, 1, leaf.shape, jnp.bool_)
+    if np.issubdtype(dtype, np.integer):
+        info = np.iinfo(dtype)
+        return spaces.Box(info.min, info.max, leaf.shape, dtype)
+    return spaces.Box(-jnp.inf, jnp.inf, leaf.shape, dtype)
+
+
+def _tree_space(tree: Any) -> spaces.Space:
+    if dataclasses.is_dataclass(tree) or isinstance(tree, dict):
+        items = (tree.items() if isinstance(tree, dict)
+                 else ((f.name, getattr(tree, f.name)) for f in dataclasses.fields(tree)))
+        return spaces.Dict({name: _tree_space(value) for name, value in items})
+    if isinstance(tree, (tuple, list)):
+        return spaces.Dict({str(i): _tree_space(v) for i, v in enumerate(tree)})
+    return _leaf_space(tree)
 
 
 class Environment:
@@ -97,6 +152,22 @@ class Environment:
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"
 
+    def state_space(self, params: Any = None) -> spaces.Dict:
+        """The space of `EnvState`s: a `spaces.Dict` with one space per field (nested
+        pytrees give nested `Dict`s), from the shapes and dtypes of a reset state. Floats
+        are unbounded and integers span their dtype, so `contains` checks structure, shape
+        and dtype; an environment with tighter invariants may override it."""
+        params = self._params(params)
+        state = jax.eval_shape(self.reset_state, jax.random.key(0), params)
+        return _tree_space(state)
+
+    def _jitted(self, name: str):
+        """`jax.jit` of the raw method `name`, built once per environment object."""
+        cache = self.__dict__.setdefault("_jit_cache", {})
+        if name not in cache:
+            cache[name] = jax.jit(getattr(self, name))
+        return cache[name]
+
     def _params(self, params: Any) -> Any:
         default = self.default_params
         if params is None:
@@ -112,12 +183,37 @@ class Environment:
     def reset_env(self, key: jax.Array, params: Any = None):
         """Raw reset: `(obs, state)` of a fresh episode."""
         params = self._params(params)
-        state = self.reset_state(key, params)
-        return self.get_obs(state, params, key), state
+        if not _traced((key, params)):
+            return self._jitted("_reset_env")(key, params)
+        return self._reset_env(key, params)
 
     def step_env(self, key: jax.Array, state: Any, action: Any, params: Any = None):
         """Raw step without auto-reset: `(obs, state, reward, done, info)`."""
         params = self._params(params)
+        if not _traced((key, state, action, params)):
+            return self._jitted("_step_env")(key, state, action, params)
+        return self._step_env(key, state, action, params)
+
+    def reset(self, key: jax.Array, params: Any = None):
+        """Resets to a fresh episode: `(obs, state)`."""
+        return self.reset_env(key, params)
+
+    def step(self, key: jax.Array, state: Any, action: Any, params: Any = None):
+        """Steps and, when the episode ends, returns the first obs/state of a new one.
+
+        `reward`, `done` and `info` describe the transition that ended the episode.
+        """
+        params = self._params(params)
+        if not _traced((key, state, action, params)):
+            return self._jitted("_step")(key, state, action, params)
+        return self._step(key, state, action, params)
+
+    # ----------------------------------------------------------------- traced bodies
+    def _reset_env(self, key: jax.Array, params: Any):
+        state = self.reset_state(key, params)
+        return self.get_obs(state, params, key), state
+
+    def _step_env(self, key: jax.Array, state: Any, action: Any, params: Any):
         space = self.action_space(params)
         action = space.check_action(action, self.name)
         if self.clip_discrete_actions and isinstance(space, spaces.Discrete):
@@ -135,18 +231,10 @@ class Environment:
         obs = self.get_obs(next_state, params, key)
         return obs, next_state, jnp.asarray(reward, jnp.float32), done, info
 
-    def reset(self, key: jax.Array, params: Any = None):
-        """Resets to a fresh episode: `(obs, state)`."""
-        return self.reset_env(key, params)
-
-    def step(self, key: jax.Array, state: Any, action: Any, params: Any = None):
-        """Steps and, when the episode ends, returns the first obs/state of a new one.
-
-        `reward`, `done` and `info` describe the transition that ended the episode.
-        """
+    def _step(self, key: jax.Array, state: Any, action: Any, params: Any):
         key_step, key_reset = jax.random.split(key)
-        obs_st, state_st, reward, done, info = self.step_env(key_step, state, action, params)
-        obs_re, state_re = self.reset_env(key_reset, params)
+        obs_st, state_st, reward, done, info = self._step_env(key_step, state, action, params)
+        obs_re, state_re = self._reset_env(key_reset, params)
         state = jax.tree.map(lambda r, s: jnp.where(done, r, s), state_re, state_st)
         obs = jax.tree.map(lambda r, s: jnp.where(done, r, s), obs_re, obs_st)
         return obs, state, reward, done, info

@@ -32,7 +32,7 @@ from .bsuite import (
 from .minatar import Asterix, Breakout, Freeway, Seaquest, SpaceInvaders
 from .environment import Environment
 
-__all__ = ["REGISTRY", "close_matches", "did_you_mean", "registered_envs", "make"]
+__all__ = ["REGISTRY", "close_matches", "did_you_mean", "register", "registered_envs", "make"]
 
 #: Environment id -> constructor. The single source of truth for `make`, the CLI and tests.
 REGISTRY: dict[str, Callable[..., Environment]] = {
@@ -68,7 +68,30 @@ REGISTRY: dict[str, Callable[..., Environment]] = {
     "Seaquest-MinAtar": Seaquest,
 }
 
-registered_envs: tuple[str, ...] = tuple(REGISTRY)
+#: The registered ids, in registration order (`register` appends).
+registered_envs: list[str] = list(REGISTRY)
+
+
+def register(env_id: str, factory: Callable[..., Environment]) -> None:
+    """Registers a user-defined environment under `env_id`, for `make` and the CLI.
+
+    Args:
+        env_id: a new id, e.g. `"MyTask-v0"`.
+        factory: a callable (usually the `Environment` subclass) whose keyword arguments
+            are the shape-defining settings `make(env_id, **kwargs)` passes on.
+
+    Raises:
+        ValueError: `env_id` is empty or already registered (ids are never replaced).
+        TypeError: `factory` is not callable.
+    """
+    if not isinstance(env_id, str) or not env_id.strip():
+        raise ValueError(f"an environment id must be a non-empty string, got {env_id!r}")
+    if env_id in REGISTRY:
+        raise ValueError(f"{env_id!r} is already registered (to {REGISTRY[env_id]!r}); pick another id")
+    if not callable(factory):
+        raise TypeError(f"register({env_id!r}, factory): factory must be callable, got {factory!r}")
+    REGISTRY[env_id] = factory
+    registered_envs.append(env_id)
 
 
 def close_matches(name: str, choices: Iterable[str], n: int = 1, cutoff: float = 0.6) -> list[str]:

@@ -8,6 +8,7 @@ action shape or dtype into a clear error instead of a silent broadcast.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping
 
 import jax
@@ -160,6 +161,10 @@ class Dict(Space):
         return {k: s.sample(kk) for (k, s), kk in zip(self.spaces.items(), keys)}
 
     def contains(self, x: Any) -> jax.Array:
+        """Whether `x` (a mapping, or a dataclass such as an `EnvState`) has exactly these
+        keys (fields) and every value lies in its space."""
+        if dataclasses.is_dataclass(x) and not isinstance(x, type):
+            x = {f.name: getattr(x, f.name) for f in dataclasses.fields(x)}
         if not isinstance(x, Mapping) or set(x) != set(self.spaces):
             return jnp.asarray(False)
         ok = jnp.asarray(True)

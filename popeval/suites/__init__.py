@@ -1,0 +1,23 @@
+"""Adapters that give other JAX environment suites popeval's environment API.
+
+    from popeval.suites import brax_env
+    env = brax_env("inverted_pendulum")          # a popeval Environment
+    manager = RolloutWrapper(policy.apply, env=env, num_env_steps=1000)
+
+Each adapter is one module (`brax`, `craftax`, `jumanji`, `navix`) that imports its suite
+only when called: the suites are test and benchmark extras (`pip install 'popeval[suites]'`),
+never dependencies of popeval. gymnax environments need no adapter: `RolloutWrapper(env=...)`
+takes them as they are (0.x five-value and 1.x six-value steps).
+
+Every adapter is a `SuiteEnv` (`popeval.suites.base`): the suite's state and observation
+ride in a `SuiteState`, the episode limit in `SuiteParams.max_steps_in_episode`, and the
+rest (auto-reset `step`, raw `step_env`, time limit, `info`, fast eager calls,
+`state_space`) is popeval's `Environment`, so the fitness path's early exit and memory
+guarantees hold unchanged.
+"""
+
+from __future__ import annotations
+
+from popeval.suites.base import SuiteEnv, SuiteParams, SuiteState
+
+__all__ = ["SuiteEnv", "SuiteParams", "SuiteState"]

@@ -112,6 +112,11 @@ class Environment:
     #: rule). Only an environment whose reference defines another rule turns this off.
     clip_discrete_actions: bool = True
 
+    #: Steps the rollout tools (`RolloutWrapper`, `evolve`) run by default when
+    #: `max_steps_in_episode` is unbounded (MinAtar's reference has no time limit); `None`
+    #: for environments whose limit is practical.
+    default_rollout_steps: int | None = None
+
     # ----------------------------------------------------------------- to implement
     @property
     def default_params(self) -> Any:
@@ -148,6 +153,11 @@ class Environment:
         if isinstance(space, spaces.Discrete):
             return space.n
         return int(jnp.prod(jnp.asarray(space.shape)))
+
+    @property
+    def unwrapped(self) -> "Environment":
+        """The environment itself; a view such as `compat.ObservationView` returns its base."""
+        return self
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"

@@ -30,6 +30,7 @@ from .bsuite import (
     UmbrellaChain,
 )
 from .minatar import Asterix, Breakout, Freeway, Seaquest, SpaceInvaders
+from . import compat as compat_lib
 from .environment import Environment
 
 __all__ = ["REGISTRY", "close_matches", "did_you_mean", "register", "registered_envs", "make"]
@@ -109,14 +110,17 @@ def did_you_mean(name: str, choices: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def make(env_id: str, **kwargs: Any) -> tuple[Environment, Any]:
+def make(env_id: str, compat: str | None = None, **kwargs: Any) -> tuple[Environment, Any]:
     """Builds an environment and its default parameters.
 
     Args:
         env_id: a registered id, e.g. `"CartPole-v1"` (see `registered_envs`).
+        compat: `"gymnax"` for gymnax's variant of the id where it is a parameter choice
+            (MinAtar without sticky actions, float32 observations and a 1000-step cap, ...;
+            see `popeval.environments.compat`); `None` for the reference implementation's.
         **kwargs: constructor arguments of the environment (shape-defining settings), or
             fields of its `EnvParams` to override in the returned default params
-            (e.g. `max_steps_in_episode=200`).
+            (e.g. `max_steps_in_episode=200`); they take precedence over the preset.
 
     Returns:
         `(env, env_params)`.
@@ -131,6 +135,9 @@ def make(env_id: str, **kwargs: Any) -> tuple[Environment, Any]:
         raise ValueError(
             f"Unknown environment id {env_id!r}.{hint} Registered ids: {', '.join(REGISTRY)}"
         )
+    preset = compat_lib.preset(env_id, compat)
+    if preset is not None:
+        kwargs = {**preset.env_kwargs, **preset.params, **kwargs}
     ctor = REGISTRY[env_id]
     ctor_args = {
         name
@@ -150,4 +157,6 @@ def make(env_id: str, **kwargs: Any) -> tuple[Environment, Any]:
     overrides = {k: v for k, v in kwargs.items() if k in param_fields and k not in ctor_args}
     if overrides:
         params = params.replace(**overrides)
+    if preset is not None:
+        env = compat_lib.observation_view(env, preset)
     return env, params

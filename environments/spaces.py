@@ -127,8 +127,10 @@ class Box(Space):
         return jnp.where(finite, bounded, normal).astype(self.dtype)
 
     def contains(self, x: Any) -> jax.Array:
+        """Whether `x` has this shape, a dtype of the same kind or a narrower one (a float
+        is not in an integer box), and lies within the bounds."""
         x = jnp.asarray(x)
-        if x.shape != self.shape:
+        if x.shape != self.shape or not np.can_cast(x.dtype, self.dtype, casting="same_kind"):
             return jnp.asarray(False)
         return jnp.all((x >= self.low) & (x <= self.high))
 

@@ -29,7 +29,7 @@ import jax
 import numpy as np
 
 from popeval import benchmark_programs as bp
-from popeval.environments import registered_envs
+from popeval.environments import make, registered_envs
 
 #: workload -> num_env_steps (None: the env's own episode limit)
 WORKLOADS = {"CartPole-v1": None, bp.TRAINED: None, "Pendulum-v1": None, "Acrobot-v1": None,
@@ -41,6 +41,8 @@ QUICK_STEPS = {"CartPole-v1": 50, bp.TRAINED: 50}
 MEMORY = {"footprint": ("CartPole-v1", 65_536, 8, None), "over_t": ("Pendulum-v1", 512, 8, (200, 1000))}
 QUICK_MEMORY = {"footprint": ("CartPole-v1", 64, 2, 50), "over_t": ("Pendulum-v1", 8, 2, (20, 100))}
 MEMORY_TARGET_MB = 2048.0
+#: Eager check: Python-loop `env.step` calls per environment (quick: fewer).
+EAGER_ENVS, EAGER_STEPS, QUICK_EAGER_STEPS = ("CartPole-v1", "Breakout-MinAtar"), 2000, 50
 #: The rows re-run in a subprocess for each other device count.
 DEVICE_ROWS = ("popeval fitness", "popeval fitness nc", "fused limit")
 SLOW_CALL_S = 30.0
@@ -138,7 +140,7 @@ def device_rows(devices: int, workloads: list[str], argv: list[str]) -> list[dic
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "rows.json"
         cmd = [sys.executable, "-m", "popeval.benchmark", *argv, "--envs", *workloads, "--devices", str(devices),
-               "--no-memory-check", "--out", str(out)]
+               "--no-memory-check", "--no-eager-check", "--out", str(out)]
         if subprocess.run(cmd, check=False, env=env, stdout=subprocess.PIPE).returncode:
             raise RuntimeError(f"the devices={devices} benchmark process failed (its output is above)")
         return json.loads(out.read_text())["results"]
@@ -166,6 +168,40 @@ def memory_check(footprint: tuple, over_t: tuple) -> dict:
     grows = {"env": env_id, "pop_size": pop_size, "num_rollouts": num_rollouts, "num_env_steps": list(steps),
              "xla_bytes": sizes, "passed": flat}
     return {"footprint": fits, "over_t": grows}
+
+
+def eager_check(env_ids: tuple[str, ...], num_steps: int) -> list[dict]:
+    """Milliseconds per eager `env.step` call in a Python loop (what a visualiser or a gym-style
+    loop does): popeval's default (a per-object compiled step), the traced body dispatched op
+    by op (what an eager call cost before), and gymnax's jitted step where installed."""
+    gymnax = bp._gymnax()[0]
+    rows = []
+    for env_id in env_ids:
+        env, params = make(env_id)
+        impls = {"popeval step": (env.step, env.reset, params),
+                 "op by op (old eager)": (env._step, env.reset, params)}
+        if gymnax is not None and env_id in gymnax.registered_envs:
+            genv, gparams = gymnax.make(env_id)
+            impls["gymnax step"] = (genv.step, genv.reset, gparams)
+        for impl, (step, reset, p) in impls.items():
+            key = jax.random.key(0)
+            _, state = reset(key, p)
+            action = jax.numpy.int32(1)
+            jax.block_until_ready(step(key, state, action, p))  # compile
+            n = num_steps if impl != "op by op (old eager)" else max(1, num_steps // 20)
+            start = time.perf_counter()
+            for _ in range(n):
+                out = step(key, state, action, p)
+                state = out[1]
+            jax.block_until_ready(out)
+            rows.append({"env": env_id, "impl": impl, "calls": n,
+                         "ms_per_call": (time.perf_counter() - start) / n * 1e3})
+    return rows
+
+
+def format_eager(rows: list[dict]) -> str:
+    return "eager env.step in a Python loop (ms per call): " + "; ".join(
+        f"{r['env']} {r['impl']} {r['ms_per_call']:.3f}" for r in rows)
 
 
 def format_table(rows: list[dict]) -> str:
@@ -225,6 +261,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--impls", nargs="+", default=list(bp.IMPLS), choices=bp.IMPLS, metavar="IMPL",
                    help="only these rows (default: all)")
     p.add_argument("--no-memory-check", action="store_true")
+    p.add_argument("--no-eager-check", action="store_true", help="skip the eager env.step loop timings")
     p.add_argument("--max-mem-mb", type=float, default=3072.0,
                    help="compile but do not run programs whose XLA buffers exceed this (default 3072)")
     return p.parse_args(argv)
@@ -270,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.extend(device_rows(n, list(workloads), shared))
     rows = add_ratios(rows)
     mem = None if args.no_memory_check else memory_check(**(QUICK_MEMORY if args.quick else MEMORY))
+    eager = None if args.no_eager_check else eager_check(EAGER_ENVS, QUICK_EAGER_STEPS if args.quick else EAGER_STEPS)
     load_end = os.getloadavg() if hasattr(os, "getloadavg") else None
     report = {
         "config": {"quick": args.quick, "envs": list(workloads), "pop_sizes": list(pop_sizes),
@@ -281,12 +319,15 @@ def main(argv: list[str] | None = None) -> int:
         "columns": COLUMNS,
         "results": rows,
         "memory_check": mem,
+        "eager_check": eager,
     }
     print(format_table(rows))
     if importlib.util.find_spec("gymnax") is None:
         print("gymnax and evosax rows are missing: pip install 'popeval[bench]' adds them")
     if mem is not None:
         print(format_memory(mem))
+    if eager is not None:
+        print(format_eager(eager))
     if load_end is not None:
         print(f"load average at end: {load_end[0]:.2f} (on {os.cpu_count()} cores); timings are noisy", flush=True)
     out = Path(args.out)

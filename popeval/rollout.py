@@ -79,7 +79,8 @@ class RolloutWrapper:
             compatible), or `model_forward(params, obs, carry, key) -> (action, carry)` for a
             recurrent policy (pass `init_carry`). `None` samples random actions.
         env_name: a registered id (ignored when `env` is given).
-        num_env_steps: steps per episode `T`; defaults to `max_steps_in_episode`.
+        num_env_steps: steps per episode `T`; defaults to `max_steps_in_episode`, or where
+            that is unbounded (MinAtar) to the environment's `default_rollout_steps` (1000).
         env_kwargs: keyword arguments for `make(env_name, ...)`.
         env_params: full env params, or a dict of field overrides of the default params.
             A leading axis on every leaf makes it an env-param batch (see module docs).
@@ -137,11 +138,14 @@ class RolloutWrapper:
 
         if num_env_steps is None:
             limit = int(jnp.max(jnp.asarray(self.env_params.max_steps_in_episode)))
-            if limit > 100_000:
-                raise ValueError(
-                    f"{env_name} has no practical episode limit (max_steps_in_episode="
-                    f"{limit}); pass num_env_steps"
-                )
+            if limit > 100_000:  # no practical limit (MinAtar): the environment's rollout default
+                limit = getattr(env, "default_rollout_steps", None)
+                if limit is None:
+                    raise ValueError(
+                        f"{env_name} has no practical episode limit (max_steps_in_episode="
+                        f"{int(jnp.max(jnp.asarray(self.env_params.max_steps_in_episode)))}); "
+                        f"pass num_env_steps"
+                    )
             num_env_steps = limit
         if isinstance(num_env_steps, bool) or not isinstance(num_env_steps, (int, np.integer)) or num_env_steps <= 0:
             raise ValueError(f"num_env_steps must be a positive integer, got {num_env_steps!r}")

@@ -250,3 +250,42 @@ def test_out_of_range_discrete_actions_follow_one_rule(discrete_id):
         assert_tree_close(high, last, f"{env_id}: action {n + 3} vs {n - 1} at step {t}", 0)
         assert_tree_close(huge, last, f"{env_id}: action 2**31-1 vs {n - 1} at step {t}", 0)
         assert_tree_close(minus_two, low, f"{env_id}: action -2 vs {low_equivalent} at step {t}", 0)
+
+
+def test_state_space_contains_visited_states(env_id):
+    """`state_space` describes every state: the reset ones and those of random play."""
+    c = compiled(env_id)
+    starts, _, rec = episode(env_id)
+    for i, p in enumerate(c.rows):
+        space = c.env.state_space(p)
+        assert isinstance(space, spaces.Dict)
+        assert bool(space.contains(starts[i][1])), f"{env_id}: reset state outside {space}"
+        for t in (0, NUM_STEPS - 1):
+            state = jax.tree.map(lambda x: x[t, i], rec["step"][1])
+            assert bool(space.contains(state)), f"{env_id}: state of step {t} row {i} outside {space}"
+    wrong = starts[0][1].replace(time=np.float32(0.0))  # a float clock is not an EnvState of it
+    assert not bool(c.env.state_space(c.params).contains(wrong))
+
+
+@pytest.mark.parametrize("eager_id", ["Pendulum-v1", "Catch-bsuite", "FourRooms-misc", "Breakout-MinAtar"])
+def test_eager_calls_equal_jitted_calls(eager_id):
+    """Eager `reset`/`step`/`step_env` (a Python loop) give exactly `jax.jit`'s results,
+    through functions compiled once per environment object. (The mechanism is the base
+    class's, the same for every environment: one per family is checked.)"""
+    env_id = eager_id
+    env, params = make(env_id)
+    key = jax.random.key(5)
+    obs, state = env.reset(key, params)
+    assert_tree_close((obs, state), jax.jit(env.reset)(key, params), f"{env_id} eager reset", 0.0)
+    step_jit, step_env_jit = jax.jit(env.step), jax.jit(env.step_env)
+    for t in range(2):
+        k_act, k_step = jax.random.split(jax.random.fold_in(key, t))
+        action = env.action_space(params).sample(k_act)
+        eager = env.step(k_step, state, action, params)
+        assert_tree_close(eager, step_jit(k_step, state, action, params), f"{env_id} eager step {t}", 0.0)
+        assert_tree_close(env.step_env(k_step, state, action, params), step_env_jit(k_step, state, action, params),
+                          f"{env_id} eager step_env {t}", 0.0)
+        state = eager[1]
+    cache = env.__dict__["_jit_cache"]
+    assert set(cache) >= {"_reset_env", "_step", "_step_env"}
+    assert cache["_step"]._cache_size() == 1, "one compile for every eager step of these shapes"

@@ -164,8 +164,12 @@ def test_num_env_steps_honoured():
     for bad in (0, -3):
         with pytest.raises(ValueError, match="num_env_steps"):
             RolloutWrapper(None, env_name="Pendulum-v1", num_env_steps=bad)
-    with pytest.raises(ValueError, match="num_env_steps"):
-        RolloutWrapper(None, env_name="Breakout-MinAtar")  # no practical episode limit
+    # MinAtar has no time limit: rollouts default to the environment's practical cap.
+    assert RolloutWrapper(None, env_name="Breakout-MinAtar").num_env_steps == 1000
+    assert RolloutWrapper(None, env_name="Freeway-MinAtar").num_env_steps == 2501
+    unbounded, _ = make("CartPole-v1")
+    with pytest.raises(ValueError, match="num_env_steps"):  # no practical limit and no default
+        RolloutWrapper(None, env=unbounded, env_params={"max_steps_in_episode": 2**31 - 1})
 
 
 def test_masking_after_done_and_time_limit():

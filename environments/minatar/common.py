@@ -109,6 +109,9 @@ class MinAtarEnv(Environment):
     CHANNELS: tuple[str, ...] = ()
     MINIMAL_ACTIONS: tuple[str, ...] = ()
     clip_discrete_actions = False  # the reference's list indexing (module docstring)
+    # minatar has no time limit (max_steps_in_episode = NO_TIME_LIMIT); rollout tools cap
+    # episodes at gymnax's 1000 steps unless told otherwise.
+    default_rollout_steps = 1000
 
     def __init__(self, use_minimal_action_set: bool = True):
         # The action set defines the action space's size, so it is a constructor argument.

@@ -77,6 +77,7 @@ class Freeway(MinAtarEnv):
 
     CHANNELS = ("chicken", "car", "speed1", "speed2", "speed3", "speed4", "speed5")
     MINIMAL_ACTIONS = ("n", "u", "d")
+    default_rollout_steps = 2501  # the whole game at the default time_limit (it ends on step 2501)
 
     @property
     def default_params(self) -> EnvParams:

@@ -81,6 +81,7 @@ def render(env, params, states) -> list[np.ndarray]:
     Returns:
         A list of `(H, W, 3)` uint8 RGB arrays, one per state, all of the same shape.
     """
+    env = getattr(env, "unwrapped", env)  # views (compat presets) draw their base environment
     paint = _painter_for(env)
     params = env.default_params if params is None else params
     stacked = _stack(states)

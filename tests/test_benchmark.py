@@ -33,7 +33,7 @@ def test_quick_benchmark_writes_json_with_device_rows(tmp_path, capsys):
     devices = ["--devices", str(local), str(other)] if cpu else []
     assert benchmark.main(["--quick", "--out", str(out), *devices]) == 0
     report = json.loads(out.read_text())
-    assert set(report) == {"config", "machine", "columns", "results", "memory_check"}
+    assert set(report) == {"config", "machine", "columns", "results", "memory_check", "eager_check"}
     assert report["config"]["quick"] is True and report["config"]["envs"] == ["CartPole-v1"]
     assert report["machine"]["load_average_start"] is not None and report["machine"]["load_average_end"] is not None
 
@@ -72,8 +72,13 @@ def test_quick_benchmark_writes_json_with_device_rows(tmp_path, capsys):
     assert mem["footprint"]["bytes_per_episode"] == mem["footprint"]["xla_bytes"] / (64 * 2)
     assert mem["over_t"]["passed"] is True and mem["over_t"]["num_env_steps"] == [20, 100]
 
+    eager = {(r["env"], r["impl"]): r for r in report["eager_check"]}
+    assert set(eager) == {(e, i) for e in ("CartPole-v1", "Breakout-MinAtar")
+                          for i in ("popeval step", "op by op (old eager)", "gymnax step")}
+    assert all(r["ms_per_call"] > 0 and r["calls"] >= 1 for r in eager.values())
+
     printed = capsys.readouterr().out
-    for text in ("x gymnax best", "live/limit", "memory over T", "load average at start", "load average at end",
+    for text in ("x gymnax best", "live/limit", "memory over T", "eager env.step in a Python loop", "load average at start", "load average at end",
                  str(out)):
         assert text in printed, text
 

@@ -44,7 +44,6 @@ Parameters are checked when built with `make` or `replace`, not inside `jit`/`vm
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import jax
@@ -81,6 +80,8 @@ def _traced(tree: Any) -> bool:
 
 def _leaf_space(leaf: jax.ShapeDtypeStruct) -> spaces.Space:
     """The widest space of one state leaf: its dtype's whole range (floats unbounded)."""
+    if jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+        return spaces.Key(leaf.shape)
     dtype = np.dtype(leaf.dtype)
     if dtype == np.bool_:
         return spaces.Box(0, 1, leaf.shape, jnp.bool_)
@@ -91,12 +92,11 @@ def _leaf_space(leaf: jax.ShapeDtypeStruct) -> spaces.Space:
 
 
 def _tree_space(tree: Any) -> spaces.Space:
-    if dataclasses.is_dataclass(tree) or isinstance(tree, dict):
-        items = (tree.items() if isinstance(tree, dict)
-                 else ((f.name, getattr(tree, f.name)) for f in dataclasses.fields(tree)))
-        return spaces.Dict({name: _tree_space(value) for name, value in items})
-    if isinstance(tree, (tuple, list)):
-        return spaces.Dict({str(i): _tree_space(v) for i, v in enumerate(tree)})
+    """A `Dict` per pytree node (dataclass, NamedTuple, dict, tuple), a leaf space per array.
+    A None child is an empty pytree with no value to describe; `Dict.contains` skips them too."""
+    children = spaces.as_mapping(tree)
+    if isinstance(children, dict):
+        return spaces.Dict({name: _tree_space(v) for name, v in children.items() if v is not None})
     return _leaf_space(tree)
 
 

@@ -15,7 +15,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["Space", "Discrete", "Box", "Dict"]
+__all__ = ["Space", "Discrete", "Box", "Dict", "Key", "as_mapping"]
+
+
+def as_mapping(x: Any) -> Any:
+    """A pytree node's children by name: a dataclass's fields, a NamedTuple's fields, a
+    tuple's or list's items as `"0"`, `"1"`, ...; anything else unchanged."""
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return {f.name: getattr(x, f.name) for f in dataclasses.fields(x)}
+    if isinstance(x, tuple) and hasattr(x, "_asdict"):
+        return dict(x._asdict())
+    if isinstance(x, (tuple, list)):
+        return {str(i): v for i, v in enumerate(x)}
+    return x
 
 
 class Space:
@@ -147,6 +159,24 @@ class Box(Space):
         return action.reshape(self.shape).astype(self.dtype)
 
 
+class Key(Space):
+    """Typed PRNG keys (`jax.random.key`) of a shape: a state may carry its own key."""
+
+    def __init__(self, shape: tuple[int, ...] = ()):
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = None
+
+    def __repr__(self) -> str:
+        return f"Key(shape={self.shape})"
+
+    def sample(self, key: jax.Array) -> jax.Array:
+        return jax.random.split(key, self.shape) if self.shape else jax.random.split(key)[0]
+
+    def contains(self, x: Any) -> jax.Array:
+        ok = hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jax.dtypes.prng_key) and x.shape == self.shape
+        return jnp.asarray(ok)
+
+
 class Dict(Space):
     """A dictionary of named sub-spaces."""
 
@@ -164,9 +194,10 @@ class Dict(Space):
 
     def contains(self, x: Any) -> jax.Array:
         """Whether `x` (a mapping, or a dataclass such as an `EnvState`) has exactly these
-        keys (fields) and every value lies in its space."""
-        if dataclasses.is_dataclass(x) and not isinstance(x, type):
-            x = {f.name: getattr(x, f.name) for f in dataclasses.fields(x)}
+        keys (fields; those holding None aside) and every value lies in its space."""
+        x = as_mapping(x)
+        if isinstance(x, Mapping):
+            x = {k: v for k, v in x.items() if v is not None}  # empty pytrees carry no value
         if not isinstance(x, Mapping) or set(x) != set(self.spaces):
             return jnp.asarray(False)
         ok = jnp.asarray(True)

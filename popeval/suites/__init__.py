@@ -21,3 +21,24 @@ from __future__ import annotations
 from popeval.suites.base import SuiteEnv, SuiteParams, SuiteState
 
 __all__ = ["SuiteEnv", "SuiteParams", "SuiteState"]
+
+# --- brax: imported on first use (`from popeval.suites import brax_env`) -----------------
+__all__ += ["BraxEnv", "brax_env"]
+_LAZY = {"BraxEnv": "popeval.suites.brax", "brax_env": "popeval.suites.brax"}
+# --- end brax ------------------------------------------------------------------------------
+# --- craftax, jumanji, navix: likewise ------------------------------------------------------
+__all__ += ["CraftaxClassic", "craftax_classic", "JumanjiEnv", "jumanji_env", "NavixEnv", "navix_env"]
+_LAZY.update({
+    "CraftaxClassic": "popeval.suites.craftax", "craftax_classic": "popeval.suites.craftax",
+    "JumanjiEnv": "popeval.suites.jumanji", "jumanji_env": "popeval.suites.jumanji",
+    "NavixEnv": "popeval.suites.navix", "navix_env": "popeval.suites.navix",
+})
+# --- end craftax, jumanji, navix ------------------------------------------------------------
+
+
+def __getattr__(name):  # each adapter imports its suite only when first asked for
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

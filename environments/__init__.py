@@ -10,9 +10,10 @@
 from . import spaces
 from .environment import EnvParams, EnvState, Environment
 from .registry import REGISTRY, make, register, registered_envs
+from .wrappers import SixValueStep
 
-__all__ = ["EnvParams", "EnvState", "Environment", "REGISTRY", "Visualizer", "make", "register",
-           "registered_envs", "render", "spaces"]
+__all__ = ["EnvParams", "EnvState", "Environment", "REGISTRY", "SixValueStep", "Visualizer", "make",
+           "register", "registered_envs", "render", "spaces"]
 
 
 def __getattr__(name):  # rendering (and Pillow) is loaded on first use

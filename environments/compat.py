@@ -15,6 +15,7 @@ gymnax or differ in ways no parameter reproduces (README: "Differences from gymn
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import jax.numpy as jnp
@@ -102,7 +103,7 @@ class ObservationView(Environment):
 
     def observation_space(self, params=None) -> spaces.Box:
         space = self.env.observation_space(params)
-        shape = (int(jnp.prod(jnp.asarray(space.shape))),) if self.flatten else space.shape
+        shape = (math.prod(space.shape),) if self.flatten else space.shape
         dtype = space.dtype if self.obs_dtype is None else self.obs_dtype
         return spaces.Box(space.low.reshape(shape), space.high.reshape(shape), shape, dtype)
 

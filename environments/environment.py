@@ -44,6 +44,7 @@ Parameters are checked when built with `make` or `replace`, not inside `jit`/`vm
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
@@ -152,7 +153,7 @@ class Environment:
         space = self.action_space(self.default_params)
         if isinstance(space, spaces.Discrete):
             return space.n
-        return int(jnp.prod(jnp.asarray(space.shape)))
+        return math.prod(space.shape)
 
     @property
     def unwrapped(self) -> "Environment":
@@ -211,7 +212,8 @@ class Environment:
     def step(self, key: jax.Array, state: Any, action: Any, params: Any = None):
         """Steps and, when the episode ends, returns the first obs/state of a new one.
 
-        `reward`, `done` and `info` describe the transition that ended the episode.
+        `reward`, `done` and `info` describe the transition that ended the episode;
+        `info["final_observation"]` is its last observation (`obs` is then the new episode's).
         """
         params = self._params(params)
         if not _traced((key, state, action, params)):
@@ -247,4 +249,4 @@ class Environment:
         obs_re, state_re = self._reset_env(key_reset, params)
         state = jax.tree.map(lambda r, s: jnp.where(done, r, s), state_re, state_st)
         obs = jax.tree.map(lambda r, s: jnp.where(done, r, s), obs_re, obs_st)
-        return obs, state, reward, done, info
+        return obs, state, reward, done, {**info, "final_observation": obs_st}

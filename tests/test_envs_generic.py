@@ -172,7 +172,9 @@ def test_reset_step_contract(env_id):
     np.testing.assert_array_equal(raw_state.time, rec["state"].time + 1)
     max_steps = np.array([p.max_steps_in_episode for p in c.rows])
     np.testing.assert_array_equal(raw_info["truncated"], raw_state.time >= max_steps)
-    assert_tree_close((reward, done, info), (raw_reward, raw_done, raw_info), f"{env_id} reward/done/info")
+    rest = {k: v for k, v in info.items() if k != "final_observation"}
+    assert_tree_close((reward, done, rest), (raw_reward, raw_done, raw_info), f"{env_id} reward/done/info")
+    assert_tree_close(info["final_observation"], raw_obs, f"{env_id} final_observation")  # before the reset
     fresh_obs, fresh_state = rec["reset_env"]
     np.testing.assert_array_equal(fresh_state.time, 0)
     expected = select(done, (fresh_obs, fresh_state), (raw_obs, raw_state))

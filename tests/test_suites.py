@@ -236,6 +236,23 @@ def test_navix_rollouts(navix_pair):
     check_rollouts(env, num_steps=12, short=3)
 
 
+def test_fitness_memory_does_not_grow_with_episode_length(navix_pair):
+    """An adapted suite keeps the fitness path's O(P x B x state) memory: XLA's buffers are
+    the same for 10 and 200 steps, where the trajectory path's grow with T."""
+    env, *_ = navix_pair
+    policy = MLPPolicy.for_env(env, hidden_sizes=(8,))
+    pop = jax.vmap(lambda k: policy.init_params(k, env))(jax.random.split(jax.random.key(0), 4))
+    keys = jax.random.split(jax.random.key(1), 2)
+
+    def xla_bytes(num_steps, method):
+        w = RolloutWrapper(policy.apply, env=env, env_params={"max_steps_in_episode": 200}, num_env_steps=num_steps)
+        mem = jax.jit(getattr(w, method)).lower(keys, pop).compile().memory_analysis()
+        return mem.temp_size_in_bytes + mem.output_size_in_bytes
+
+    assert xla_bytes(200, "population_fitness") <= 1.05 * xla_bytes(10, "population_fitness") + 65_536
+    assert xla_bytes(200, "population_rollout") > 5 * xla_bytes(10, "population_rollout")
+
+
 # ---------------------------------------------------------------------------------- Craftax
 #: The observation's light level is a float computed in two programs: equal up to the last bit.
 CRAFTAX_RTOL = 1e-6

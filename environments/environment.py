@@ -83,7 +83,7 @@ def _leaf_space(leaf: jax.ShapeDtypeStruct) -> spaces.Space:
     """The widest space of one state leaf: its dtype's whole range (floats unbounded)."""
     if jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
         return spaces.Key(leaf.shape)
-    dtype = np.dtype(leaf.dtype)
+    dtype = np.dtype(jax.dtypes.canonicalize_dtype(leaf.dtype))  # int64 is int32 without x64
     if dtype == np.bool_:
         return spaces.Box(0, 1, leaf.shape, jnp.bool_)
     if np.issubdtype(dtype, np.integer):
@@ -92,13 +92,9 @@ def _leaf_space(leaf: jax.ShapeDtypeStruct) -> spaces.Space:
     return spaces.Box(-jnp.inf, jnp.inf, leaf.shape, dtype)
 
 
-def _tree_space(tree: Any) -> spaces.Space:
-    """A `Dict` per pytree node (dataclass, NamedTuple, dict, tuple), a leaf space per array.
-    A None child is an empty pytree with no value to describe; `Dict.contains` skips them too."""
-    children = spaces.as_mapping(tree)
-    if isinstance(children, dict):
-        return spaces.Dict({name: _tree_space(v) for name, v in children.items() if v is not None})
-    return _leaf_space(tree)
+def _tree_space(tree: Any) -> spaces.Dict:
+    """One space per pytree leaf, named by its path (`spaces.as_mapping`)."""
+    return spaces.Dict({name: _leaf_space(leaf) for name, leaf in spaces.as_mapping(tree).items()})
 
 
 class Environment:
@@ -164,8 +160,8 @@ class Environment:
         return f"<{type(self).__name__} {self.name}>"
 
     def state_space(self, params: Any = None) -> spaces.Dict:
-        """The space of `EnvState`s: a `spaces.Dict` with one space per field (nested
-        pytrees give nested `Dict`s), from the shapes and dtypes of a reset state. Floats
+        """The space of `EnvState`s: a `spaces.Dict` with one space per field (per leaf of a
+        nested state, named by its dotted path), from the shapes and dtypes of a reset state. Floats
         are unbounded and integers span their dtype, so `contains` checks structure, shape
         and dtype; an environment with tighter invariants may override it."""
         params = self._params(params)

@@ -8,7 +8,6 @@ action shape or dtype into a clear error instead of a silent broadcast.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Mapping
 
 import jax
@@ -19,15 +18,13 @@ __all__ = ["Space", "Discrete", "Box", "Dict", "Key", "as_mapping"]
 
 
 def as_mapping(x: Any) -> Any:
-    """A pytree node's children by name: a dataclass's fields, a NamedTuple's fields, a
-    tuple's or list's items as `"0"`, `"1"`, ...; anything else unchanged."""
-    if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        return {f.name: getattr(x, f.name) for f in dataclasses.fields(x)}
-    if isinstance(x, tuple) and hasattr(x, "_asdict"):
-        return dict(x._asdict())
-    if isinstance(x, (tuple, list)):
-        return {str(i): v for i, v in enumerate(x)}
-    return x
+    """`x` itself if it is a mapping, else its pytree leaves by path: `{"x": ..., "theta": ...}`
+    for a flat `EnvState`, dotted paths (`"pipeline_state.q"`, `"b.0"`) for nested nodes.
+    Static fields and None are no leaves, so they have no entry."""
+    if isinstance(x, Mapping):
+        return x
+    leaves = jax.tree_util.tree_flatten_with_path(x)[0]
+    return {jax.tree_util.keystr(path, simple=True, separator="."): leaf for path, leaf in leaves}
 
 
 class Space:
@@ -193,11 +190,10 @@ class Dict(Space):
         return {k: s.sample(kk) for (k, s), kk in zip(self.spaces.items(), keys)}
 
     def contains(self, x: Any) -> jax.Array:
-        """Whether `x` (a mapping, or a dataclass such as an `EnvState`) has exactly these
-        keys (fields; those holding None aside) and every value lies in its space."""
-        x = as_mapping(x)
-        if isinstance(x, Mapping):
-            x = {k: v for k, v in x.items() if v is not None}  # empty pytrees carry no value
+        """Whether `x` (a mapping, or a pytree such as an `EnvState`, read by `as_mapping`)
+        has exactly these keys and every value lies in its space."""
+        if not isinstance(x, Mapping) and not isinstance(x, (jax.Array, np.ndarray)):
+            x = as_mapping(x)
         if not isinstance(x, Mapping) or set(x) != set(self.spaces):
             return jnp.asarray(False)
         ok = jnp.asarray(True)

@@ -25,7 +25,8 @@ such call, never by popeval's import), so those wrappers accept it:
 
 The dynamics, key use and auto-reset are popeval's `step`'s: `SixValueStep(env).step` gives
 the same observation, state and reward as `env.step` for the same arguments. Attributes not
-defined here (`get_obs`, `unwrapped`, ...) are the wrapped environment's.
+defined here (`default_params`, `name`, `num_actions`, `get_obs`, `unwrapped`, ...) are the
+wrapped environment's.
 """
 
 from __future__ import annotations
@@ -110,21 +111,6 @@ class SixValueStep:
 
     def __deepcopy__(self, memo: dict) -> SixValueStep:
         return self.__copy__()
-
-    @property
-    def default_params(self) -> Any:
-        """The wrapped environment's default `EnvParams`."""
-        return self._env.default_params
-
-    @property
-    def name(self) -> str:
-        """The registered id, e.g. `"CartPole-v1"`."""
-        return self._env.name
-
-    @property
-    def num_actions(self) -> int:
-        """Number of discrete actions, or the size of a continuous action vector."""
-        return self._env.num_actions
 
     def _space(self, space: spaces.Space) -> Any:
         return to_gymnax_space(space) if self.gymnax_spaces else space

@@ -2,6 +2,8 @@
 
     popeval evolve --config experiments/configs/cartpole.yaml [--run_dir RUN] [--key=value ...]
     popeval evolve --resume RUN_DIR [--num_generations=N]
+    popeval evolve ... --coordinator_address=HOST:PORT --num_processes=N --process_id=I
+    popeval launch --processes N [--devices-per-process K] -- evolve ...
     popeval eval RUN_DIR [--episodes 64] [--which best|mean] [--num_env_steps=N --env_kwargs={...}]
     popeval list-envs
     popeval bench [benchmark arguments]
@@ -52,12 +54,21 @@ def _parser(help_asked: bool = False) -> argparse.ArgumentParser:
     e.add_argument("--wandb", choices=["auto", "disabled", "offline", "online"], default="auto",
                    help="W&B mode (auto: online with an API key, else offline)")
     e.add_argument("--wandb_project", "--wandb-project", default="popeval")
+    d = e.add_argument_group("several processes (one per host, say; SLURM and Open MPI jobs need none of these)")
+    d.add_argument("--coordinator_address", "--coordinator-address", metavar="HOST:PORT",
+                   help="where process 0 listens (the same on every process)")
+    d.add_argument("--num_processes", "--num-processes", type=int, metavar="N", help="how many processes")
+    d.add_argument("--process_id", "--process-id", type=int, metavar="I", help="this process, in [0, N)")
+    d.add_argument("--distributed_timeout", "--distributed-timeout", type=float, default=300.0, metavar="S",
+                   help="seconds to wait for the coordinator and the other processes (default 300)")
     v = sub.add_parser("eval", help="returns of a saved controller", parents=[common])
     v.add_argument("run_dir")
     v.add_argument("--episodes", type=int, default=64)
     v.add_argument("--which", choices=["best", "mean"], default=None,
                    help="the policy (default: mean for distribution-based strategies, else best)")
     v.add_argument("--seed", type=int, default=12345)
+    sub.add_parser("launch", add_help=False,
+                   help="run a command in N local processes (popeval launch --help)")
     sub.add_parser("list-envs", help="registered environment ids", parents=[common])
     b = sub.add_parser("bench", help="the population-evaluation benchmark (popeval.benchmark)", add_help=False)
     b.add_argument("args", nargs=argparse.REMAINDER)
@@ -72,12 +83,18 @@ def _parser(help_asked: bool = False) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["launch"]:  # no JAX in the launcher: its processes run their own
+        from popeval import launch
+
+        return launch.main(argv[1:])
     if argv[:1] == ["bench"]:  # every argument is the benchmark's, in its order
         args, extra = argparse.Namespace(command="bench", args=list(argv[1:])), []
     else:
         args, extra = _parser("-h" in argv or "--help" in argv).parse_known_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("jax").setLevel(logging.WARNING)
+    if getattr(args, "process_id", None):  # process 0 of a multi-process run speaks for it
+        log.setLevel(logging.ERROR)
     from popeval import sharding
 
     msg = sharding.use_all_cores()
@@ -120,9 +137,14 @@ def run() -> None:
     By then everything popeval writes is closed (run files and checkpoints are written and
     closed as they go; a W&B run is finished, and its service is torn down here), so the
     interpreter's own teardown of JAX, XLA and the imported libraries (~0.5 s on a 2-core
-    machine) is skipped.
+    machine) is skipped. A process of a multi-process run that fails exits at once, without
+    JAX's shutdown barrier (which would wait for the others), so the others fail fast too.
     """
     code = main()
+    if code == 0 and "jax" in sys.modules:
+        from popeval import sharding
+
+        sharding.finish()  # a multi-process run: wait for the others (process 0 hosts the coordinator)
     if "wandb" in sys.modules:
         sys.modules["wandb"].teardown()
     logging.shutdown()
@@ -150,12 +172,21 @@ def _use_compilation_cache() -> str | None:
 
 
 def _evolve(args, extra) -> int:
+    from popeval import sharding
+
+    # Before anything starts a JAX backend (importing the strategies does).
+    joined = sharding.initialize(args.coordinator_address, args.num_processes, args.process_id,
+                                 timeout=args.distributed_timeout)
+    if joined and sharding.process_index() == 0:
+        log.info(joined)
     from popeval.strategies import RunOptions, evolve, load_config, parse_overrides
     from popeval.strategies.run_dir import read_config
 
     os.environ.setdefault("WANDB_SILENT", "true")
     options = RunOptions(run_dir=args.run_dir, resume=args.resume, wandb=args.wandb,
-                         wandb_project=args.wandb_project, progress=False if args.quiet else None)
+                         wandb_project=args.wandb_project, progress=False if args.quiet else None,
+                         coordinator_address=args.coordinator_address, num_processes=args.num_processes,
+                         process_id=args.process_id, distributed_timeout=args.distributed_timeout)
     if args.resume and not args.config:
         config = read_config(args.resume, parse_overrides(extra))
     elif args.config or extra:
@@ -164,7 +195,8 @@ def _evolve(args, extra) -> int:
         raise ValueError("evolve needs --config FILE and/or --key=value settings (or --resume RUN_DIR); "
                          "see popeval evolve --help")
     summary = evolve(config, options)
-    print(json.dumps(summary, indent=2))
+    if sharding.process_index() == 0:
+        print(json.dumps(summary, indent=2))
     if summary.get("stopped"):
         print(f"popeval evolve: stopped: {summary['stopped']}", file=sys.stderr)
         return 1

@@ -22,11 +22,21 @@ written (the seed's Anakin in `popeval.agents.anakin_seed`).
 
 On a CPU, XLA runs one device on about one core; `use_all_cores()` splits the host into one
 device per core (it must run before JAX initialises its backends).
+
+Several processes (`initialize`, on `jax.distributed`): every process runs the same program;
+a generation's mesh holds the devices of all processes, so its member slices and its
+all-gather span them, and every process holds the same strategy state. CPU collectives
+between processes go through gloo. `broadcast` and `broadcast_json` send process 0's values
+to the others (what it read from the run directory).
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
+import socket
+import time
 from typing import Any, Callable
 
 import jax
@@ -36,11 +46,155 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from popeval import compiler, keys
 
-__all__ = ["AXIS", "use_all_cores", "num_devices", "resolve_devices", "shard_members", "local_slice",
+__all__ = ["AXIS", "initialize", "finish", "lost_peer", "process_index", "process_count", "broadcast", "broadcast_json",
+           "use_all_cores", "num_devices", "resolve_devices", "shard_members", "local_slice",
            "gather_members", "Replicated", "split_leading", "pmap"]
 
 #: Name of the device axis inside a sharded generation.
 AXIS = "devices"
+
+
+#: What `initialize` joined: (coordinator_address, num_processes, process_id), or None.
+_joined: tuple | None = None
+
+#: Environment variables by which a cluster scheduler says this process is one of several
+#: (the clusters `jax.distributed.initialize()` detects by itself).
+_CLUSTER_SIZE = {"slurm": "SLURM_NTASKS", "open mpi": "OMPI_COMM_WORLD_SIZE"}
+
+
+def _detected_cluster() -> str | None:
+    """The scheduler that started this process as one of several, or None."""
+    if "SLURM_JOB_ID" in os.environ and "SLURM_PROCID" in os.environ and int(os.environ.get("SLURM_NTASKS", 1)) > 1:
+        return "slurm"
+    if "OMPI_MCA_orte_hnp_uri" in os.environ and int(os.environ.get("OMPI_COMM_WORLD_SIZE", 1)) > 1:
+        return "open mpi"
+    return None
+
+
+def _wait_for_coordinator(address: str, timeout: float) -> None:
+    """Returns once `address` (host:port) accepts connections; raises after `timeout` s."""
+    host, _, port = address.rpartition(":")
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=2).close()
+            return
+        except OSError as e:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"could not reach the coordinator at {address} within {timeout:g} s ({e}); "
+                                   f"is process 0 running, and is the address right?") from None
+            time.sleep(0.25)
+
+
+def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
+               process_id: int | None = None, *, timeout: float = 300) -> str | None:
+    """Joins this process to a multi-process run (`jax.distributed.initialize`); returns a log
+    line, or None when the run has one process.
+
+    With no arguments, a process that a cluster scheduler started as one of several (SLURM,
+    Open MPI) joins the others as JAX detects them; otherwise nothing happens. Calling it again
+    with the same arguments does nothing. It must run before JAX starts its backends.
+
+    Args:
+        coordinator_address: `host:port` of process 0, where the coordinator listens.
+        num_processes: how many processes take part.
+        process_id: this process's index in `[0, num_processes)`.
+        timeout: seconds to wait for the coordinator and for every process to join; then it
+            raises (or JAX ends the process) instead of waiting forever.
+    """
+    global _joined
+    given = (coordinator_address, num_processes, process_id)
+    if all(v is None for v in given):
+        cluster = _detected_cluster()
+        if cluster is None:
+            return None
+        key = ("auto",)
+    else:
+        if any(v is None for v in given):
+            raise ValueError("a multi-process run needs coordinator_address, num_processes and process_id "
+                             f"together, got {coordinator_address!r}, {num_processes!r}, {process_id!r}")
+        host, _, port = str(coordinator_address).rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"coordinator_address must be HOST:PORT, got {coordinator_address!r}")
+        if isinstance(num_processes, bool) or not isinstance(num_processes, int) or num_processes < 1:
+            raise ValueError(f"num_processes must be a positive integer, got {num_processes!r}")
+        if isinstance(process_id, bool) or not isinstance(process_id, int) or not 0 <= process_id < num_processes:
+            raise ValueError(f"process_id must be in [0, {num_processes}), got {process_id!r}")
+        if num_processes == 1:
+            return None
+        key, cluster = given, None
+    if _joined is not None:
+        if _joined != key:
+            raise RuntimeError(f"this process already joined a multi-process run {_joined}; it cannot join {key}")
+        return None
+    if cluster is None and process_id != 0:
+        _wait_for_coordinator(coordinator_address, timeout)
+    elif cluster is None:
+        logging.getLogger("popeval").info("coordinator %s: waiting up to %g s for %d processes to join",
+                                          coordinator_address, timeout, num_processes)
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    try:
+        if cluster is None:
+            jax.distributed.initialize(coordinator_address, num_processes, process_id,
+                                       initialization_timeout=int(timeout))
+        else:
+            jax.distributed.initialize(initialization_timeout=int(timeout))
+    except RuntimeError as e:
+        if "before" in str(e):
+            raise RuntimeError("a multi-process run must start before JAX runs anything in this process "
+                               f"(call it first): {e}") from None
+        raise
+    _joined = key
+    where = f"detected by {cluster}" if cluster else f"coordinator {coordinator_address}"
+    return (f"process {jax.process_index()} of {jax.process_count()} ({where}): "
+            f"{jax.local_device_count()} local and {jax.device_count()} global device(s)")
+
+
+def finish() -> None:
+    """Leaves a multi-process run that ended well: waits until every process has finished
+    (process 0 hosts the coordinator the others still talk to). Nothing on one process."""
+    global _joined
+    if _joined is not None:
+        jax.distributed.shutdown()
+        _joined = None
+
+
+def lost_peer(error: BaseException) -> bool:
+    """Whether `error` says another process of a multi-process run stopped (a failed
+    collective or the coordination service)."""
+    text = str(error)
+    return _joined is not None and any(k in text for k in ("Gloo", "gloo", "coordination", "DEADLINE_EXCEEDED",
+                                                           "heartbeat", "Connection reset"))
+
+
+def process_index() -> int:
+    """This process's index (0 on one process); process 0 is the one that writes."""
+    return jax.process_index()
+
+
+def process_count() -> int:
+    return jax.process_count()
+
+
+def broadcast(tree: Any) -> Any:
+    """Process 0's `tree` on every process (host arrays; typed keys kept). Every process passes
+    a tree of the same shapes. One process: `tree` itself."""
+    if jax.process_count() == 1:
+        return tree
+    from jax.experimental import multihost_utils
+
+    out = multihost_utils.broadcast_one_to_all(jax.tree.map(lambda x: np.asarray(keys.to_raw(x)), tree))
+    return jax.tree.map(lambda o, x: keys.from_raw(np.asarray(o), x), out, tree)
+
+
+def broadcast_json(value: Any = None) -> Any:
+    """Process 0's JSON-serialisable `value` on every process (the others pass anything)."""
+    if jax.process_count() == 1:
+        return value
+    data = np.frombuffer(json.dumps(value).encode(), np.uint8) if jax.process_index() == 0 else np.zeros(0, np.uint8)
+    size = int(broadcast(np.int32(data.size)))
+    data = broadcast(np.pad(data, (0, size - data.size)))
+    return json.loads(data.tobytes().decode())
 
 
 def use_all_cores() -> str | None:
@@ -58,8 +212,9 @@ def use_all_cores() -> str | None:
 
 
 def num_devices() -> int:
-    """Devices a generation is sharded over (all local devices)."""
-    return jax.local_device_count()
+    """Devices a generation is sharded over: every device of every process (one process: its
+    local devices)."""
+    return jax.device_count()
 
 
 def resolve_devices(devices: Any) -> tuple:
@@ -122,22 +277,34 @@ def gather_members(x: Any, pop_size: int) -> Any:
 
 
 class Replicated:
-    """`fn` pmapped over `devices`, every argument replicated (one copy per device).
+    """`fn` run on every device of `devices` (one program per device, `shard_map` over a mesh of
+    them), every argument replicated (one copy per device).
 
     The state lives on the devices between calls as a stacked copy per device: `replicate`
     places a host pytree once, a call maps stacked inputs to stacked outputs (fed straight
-    back in, no copies), and `first` copies device 0's copy to the host. A loop of calls
-    dispatches no small eager operations; `lower` and `compile` build the program from shapes
-    alone (on another thread, while the state is still being initialised).
+    back in, no copies), and `first` copies this process's first copy to the host. A loop of
+    calls dispatches no small eager operations; `lower` and `compile` build the program from
+    shapes alone (on another thread, while the state is still being initialised).
+
+    In a multi-process run (`initialize`) the mesh holds every process's devices: each process
+    places and reads only its own devices' copies, and `fn`'s collectives span all processes.
     """
 
     def __init__(self, fn: Callable, devices: int):
-        local = jax.local_devices()[:devices]
-        # pmap needs one mapped argument: the device ids (unused by `fn`).
-        self._ids = np.arange(devices)
-        self._mapped = jax.pmap(lambda _, *args: fn(*args), axis_name=AXIS, devices=local)
-        self._devices = local
-        self._stacked = NamedSharding(Mesh(np.array(local), (AXIS,)), PartitionSpec(AXIS))
+        every = jax.devices()  # global: a multi-process run maps over all of them
+        if jax.process_count() > 1 and devices != len(every):
+            raise ValueError(f"a multi-process generation runs on all {len(every)} global devices, not {devices}")
+        self._all = every[:devices]
+        self._devices = [d for d in self._all if d.process_index == jax.process_index()]
+        mesh = Mesh(np.array(self._all), (AXIS,))
+        self._stacked = NamedSharding(mesh, PartitionSpec(AXIS))
+
+        def one_copy(*args):  # this device's copy of every argument -> of every output
+            out = fn(*jax.tree.map(lambda x: x[0], args))
+            return jax.tree.map(lambda x: x[None], out)
+
+        self._mapped = jax.jit(jax.shard_map(one_copy, mesh=mesh, in_specs=PartitionSpec(AXIS),
+                                             out_specs=PartitionSpec(AXIS), check_vma=False))
         self._compiled = None
 
     def replicate(self, tree: Any) -> Any:
@@ -145,8 +312,8 @@ class Replicated:
         compiled program)."""
         def one(x):
             host = np.asarray(keys.to_raw(x))[None]
-            parts = [jax.device_put(host, d) for d in self._devices]
-            out = jax.make_array_from_single_device_arrays((len(parts),) + host.shape[1:], self._stacked, parts)
+            parts = [jax.device_put(host, d) for d in self._devices]  # this process's devices
+            out = jax.make_array_from_single_device_arrays((len(self._all),) + host.shape[1:], self._stacked, parts)
             return keys.from_raw(out, x)
 
         return jax.tree.map(one, tree)
@@ -154,22 +321,22 @@ class Replicated:
     def lower(self, *specs: Any) -> Any:
         """Traces and lowers `fn` for arguments shaped like `specs` (one copy's shapes: arrays
         or `jax.ShapeDtypeStruct`s); `compile` the result. Safe to run on another thread."""
-        stacked = jax.tree.map(
-            lambda x: jax.ShapeDtypeStruct((len(self._ids),) + tuple(jnp.shape(x)), x.dtype), specs)
-        return self._mapped.lower(jax.ShapeDtypeStruct(self._ids.shape, self._ids.dtype), *stacked)
+        stacked = jax.tree.map(lambda x: jax.ShapeDtypeStruct(
+            (len(self._all),) + tuple(jnp.shape(x)), x.dtype, sharding=self._stacked), specs)
+        return self._mapped.lower(*stacked)
 
     def compile(self, lowered: Any, options: dict | None = None) -> None:
         """Compiles `lower`'s result ahead of the first call with XLA `options` (default:
-        `popeval.compiler.options()`; pmap itself takes no compiler options)."""
+        `popeval.compiler.options()`)."""
         self._compiled = lowered.compile(compiler.options() if options is None else options)
 
     def __call__(self, *stacked: Any) -> Any:
         if self._compiled is None:
             self.compile(self.lower(*jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), stacked)))
-        return self._compiled(self._ids, *stacked)
+        return self._compiled(*stacked)
 
     def first(self, tree: Any) -> Any:
-        """Stacked copies -> device 0's copy, as host arrays (no compiled program)."""
+        """Stacked copies -> this process's first copy, as host arrays (no compiled program)."""
         def one(x):
             data = x.addressable_shards[0].data
             return keys.from_raw(np.asarray(keys.to_raw(data))[0], data)

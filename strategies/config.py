@@ -135,6 +135,13 @@ class RunOptions:
             `online` or `disabled`.
         wandb_project: the W&B project.
         progress: a progress bar on stderr; `None`: when stderr is a terminal.
+        coordinator_address, num_processes, process_id: a run over several processes (one
+            per host, say): process 0's `host:port`, the process count and this process's
+            index, the same on every process but the index (`popeval.sharding.initialize`).
+            All `None`: one process, unless a cluster scheduler (SLURM, Open MPI) started
+            several. Only process 0 writes the run directory, logs and W&B.
+        distributed_timeout: seconds a process waits for the coordinator and the others to
+            join before it fails.
     """
 
     run_dir: typing.Optional[str] = None
@@ -142,12 +149,18 @@ class RunOptions:
     wandb: str = "auto"
     wandb_project: str = "popeval"
     progress: typing.Optional[bool] = None
+    coordinator_address: typing.Optional[str] = None
+    num_processes: typing.Optional[int] = None
+    process_id: typing.Optional[int] = None
+    distributed_timeout: float = 300.0
 
     def __post_init__(self):
         if self.wandb not in ("auto", "disabled", "offline", "online"):
             raise ValueError(f"wandb must be auto, disabled, offline or online, got {self.wandb!r}")
         if self.run_dir is not None and self.resume is not None:
             raise ValueError("pass either run_dir (a new run) or resume (an existing one), not both")
+        if not self.distributed_timeout > 0:
+            raise ValueError(f"distributed_timeout must be > 0 seconds, got {self.distributed_timeout!r}")
 
 
 def config_from_dict(data: dict) -> EvolveConfig:

@@ -37,7 +37,7 @@ from popeval import keys as keys_lib
 from popeval.sinks import CSVSink, LogSink, PlotSink, ProgressSink, RunInfo, Sink, WandbSink
 
 from . import run_dir as run_dir_lib
-from .config import EvolveConfig, RunOptions
+from .config import EvolveConfig, RunOptions, config_from_dict
 from .programs import build, eval_fn, generation_fn, init_fn, init_state
 
 __all__ = ["evolve", "default_sinks", "RunInterrupted"]
@@ -124,20 +124,20 @@ def evolve(config: EvolveConfig | None = None, options: RunOptions | None = None
     """
     t_start = time.perf_counter()
     options = RunOptions() if options is None else options
-    run = build(config) if config is not None else None  # a bad config fails before any write
-    prepared = run_dir_lib.prepare(config, options)
-    run_dir, resuming, config = prepared.run_dir, prepared.resuming, prepared.config
-    meta: dict = {"generation": 0, "env_steps": 0, "elapsed_seconds": 0.0, "wandb_id": None, "solved_at": None}
-    if resuming:
-        meta = {**meta, **checkpoint.load_meta(run_dir)}
-        done = _complete(meta, config, prepared.saved)
-        if done:
-            log.info("run %s is complete (%s); nothing to do (raise num_generations to continue it)", run_dir, done)
-            return run_dir_lib.read_result(run_dir) or {"run_dir": str(run_dir), "generations": meta["generation"]}
-    run = build(config) if run is None else run
-    lock = run_dir_lib.open_run(prepared)
+    joined = sharding.initialize(options.coordinator_address, options.num_processes, options.process_id,
+                                 timeout=options.distributed_timeout)
+    primary = sharding.process_index() == 0  # the one process that writes and logs
+    say = log.info if primary else (lambda *args: None)
+    if joined:
+        say("%s", joined)
+    opened = _open(config, options, primary)
+    if "done" in opened:
+        return opened["done"]
+    run_dir, resuming, config, meta = Path(opened["run_dir"]), opened["resuming"], opened["config"], opened["meta"]
+    lock = opened.get("lock")
+    run = opened.get("run") or build(config)
     startup = None
-    sinks = default_sinks(options) if sinks is None else list(sinks)
+    sinks = (default_sinks(options) if sinks is None else list(sinks)) if primary else []
     start_gen, elapsed0 = int(meta["generation"]), float(meta.get("elapsed_seconds") or 0.0)
     solved_before = meta.get("solved_at") is not None
     gen, stacked, state, stopped = start_gen, None, None, None
@@ -148,16 +148,19 @@ def evolve(config: EvolveConfig | None = None, options: RunOptions | None = None
         step = sharding.Replicated(generation_fn(run, config, devices), devices)
         spec = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
                             jax.eval_shape(init_fn(run, config), seed))
-        log.info("run %s: %s on %s, pop %d x %d rollouts, %d device(s)%s", run_dir, run.strategy.name,
-                 config.env_name, config.pop_size, config.num_rollouts, devices,
-                 f" (resumed at generation {start_gen})" if resuming else "")
+        say("run %s: %s on %s, pop %d x %d rollouts, %d device(s)%s%s", run_dir, run.strategy.name,
+            config.env_name, config.pop_size, config.num_rollouts, devices,
+            f" in {sharding.process_count()} processes" if sharding.process_count() > 1 else "",
+            f" (resumed at generation {start_gen})" if resuming else "")
         info = RunInfo(run_dir=run_dir, name=run_dir.name, title=f"{config.env_name} / {run.strategy.name}",
                        config=config.to_dict(), start_generation=start_gen,
                        num_generations=config.num_generations, meta=meta, target=config.target)
         startup = _Startup(step, eval_fn(run, config), spec, seed, sinks, info)
         state = init_state(run, config)
         if resuming:
-            state, _ = checkpoint.load(run_dir, state)
+            if primary:
+                state, _ = checkpoint.load(run_dir, state)
+            state = sharding.broadcast(state)  # the other processes need not see the run directory
         stacked, stacked_seed = step.replicate(state), step.replicate(seed)
         compile_time = None
         t0 = time.perf_counter()
@@ -168,7 +171,7 @@ def evolve(config: EvolveConfig | None = None, options: RunOptions | None = None
         while pending is not None:
             new, metrics = pending
             pending = step(new, stacked_seed) if gen + 1 < config.num_generations else None
-            metrics = {k: v[0].item() for k, v in jax.device_get(metrics).items()}
+            metrics = {k: v.item() for k, v in step.first(metrics).items()}
             dt = time.perf_counter() - t0
             t0 += dt
             if compile_time is None:
@@ -194,14 +197,15 @@ def evolve(config: EvolveConfig | None = None, options: RunOptions | None = None
             if diverged:
                 stopped = (f"the strategy state became non-finite at generation {gen + 1} "
                            f"({int(metrics['nonfinite/state'])} values); kept generation {gen}")
-                log.warning("run %s: %s. Its settings diverge (e.g. a too large std_init or learning_rate).",
-                            run_dir, stopped)
+                if primary:
+                    log.warning("run %s: %s. Its settings diverge (e.g. a too large std_init or learning_rate).",
+                                run_dir, stopped)
                 break
             # What a checkpoint saves moves together, after the generation is logged.
             gen, stacked = gen + 1, new
             meta.update(generation=gen, env_steps=metrics["steps/env_total"], solved_at=solved_at,
                         elapsed_seconds=metrics["time/elapsed"])
-            if gen % config.checkpoint_every == 0:
+            if gen % config.checkpoint_every == 0 and primary:
                 state = step.first(stacked)
                 checkpoint.save(run_dir, state, meta)
             if solved and config.stop_at_target and not solved_before:
@@ -212,14 +216,23 @@ def evolve(config: EvolveConfig | None = None, options: RunOptions | None = None
             state.strategy, state.best_params, state.obs_stats, seed, np.int32(keys_lib.FINAL_EVALUATION)))
     except KeyboardInterrupt:
         raise RunInterrupted(run_dir, gen) from None
+    except Exception as e:
+        if sharding.lost_peer(e):
+            saved = (f"generation {gen} is saved in {run_dir}" if primary and gen > start_gen
+                     else f"process 0 keeps the last checkpoint in {run_dir}")
+            raise RuntimeError(f"process {sharding.process_index()}: another process of this run stopped "
+                               f"({' '.join(str(e).split())[:200]}); {saved}; restart every process with "
+                               f"--resume {run_dir}") from e
+        raise
     finally:
         try:
-            if gen > start_gen:
+            if gen > start_gen and primary:
                 meta["elapsed_seconds"] = elapsed()
                 checkpoint.save(run_dir, step.first(stacked), meta)
         finally:
             _close(sinks, startup, failing=sys.exc_info()[0] is not None)
-            lock.release()
+            if lock is not None:
+                lock.release()
 
     summary = {
         "env_name": config.env_name,
@@ -234,11 +247,51 @@ def evolve(config: EvolveConfig | None = None, options: RunOptions | None = None
         "wall_seconds": elapsed(),
         "first_generation_seconds": compile_time,
         "devices": devices,
+        "processes": sharding.process_count(),
         "run_dir": str(run_dir),
     }
     if stopped:
         summary["stopped"] = stopped
+    if not primary:
+        return run_dir_lib.clean_result(summary)
     return run_dir_lib.write_result(Path(run_dir), summary)
+
+
+def _open(config: EvolveConfig | None, options: RunOptions, primary: bool) -> dict:
+    """Prepares (or resumes) the run directory on process 0 and tells every process what it
+    found: `run_dir`, `resuming`, `config`, `meta`, and `done` (a complete run's summary) or,
+    on process 0, `lock` and the built `run`. An error on process 0 is raised on every process."""
+    opened: dict = {}
+    error = run = None
+    if primary:
+        try:
+            if config is not None:
+                run = build(config)  # a bad config fails before any write
+            prepared = run_dir_lib.prepare(config, options)
+            meta = {"generation": 0, "env_steps": 0, "elapsed_seconds": 0.0, "wandb_id": None, "solved_at": None}
+            if prepared.resuming:
+                meta = {**meta, **checkpoint.load_meta(prepared.run_dir)}
+            opened = {"run_dir": str(prepared.run_dir), "resuming": prepared.resuming,
+                      "config": prepared.config.to_dict(), "meta": meta}
+            done = prepared.resuming and _complete(meta, prepared.config, prepared.saved)
+            if done:
+                log.info("run %s is complete (%s); nothing to do (raise num_generations to continue it)",
+                         prepared.run_dir, done)
+                opened["done"] = (run_dir_lib.read_result(prepared.run_dir)
+                                  or {"run_dir": str(prepared.run_dir), "generations": meta["generation"]})
+        except Exception as e:
+            error = e
+    shared = sharding.broadcast_json({"error": f"process 0: {type(error).__name__}: {error}"} if error else opened)
+    if error is not None:
+        raise error
+    if "error" in shared:
+        raise RuntimeError(shared["error"])
+    if not primary:
+        return {**shared, "config": config_from_dict(shared["config"])}
+    if "done" not in shared:
+        shared.update(lock=run_dir_lib.open_run(prepared), config=prepared.config,
+                      run=run if prepared.config is config else None)
+    return shared
 
 
 def _complete(meta: dict, config: EvolveConfig, saved: EvolveConfig | None) -> str | None:

@@ -24,7 +24,7 @@ from popeval import checkpoint
 from .config import LEGACY_RUN_KEYS, EvolveConfig, RunOptions, config_from_dict, parse_overrides
 from .programs import Run, build, init_state
 
-__all__ = ["CONFIG", "RESULT", "Lock", "Prepared", "prepare", "open_run", "read_config", "write_result",
+__all__ = ["CONFIG", "RESULT", "Lock", "Prepared", "prepare", "open_run", "read_config", "clean_result", "write_result",
            "read_result", "load_policy", "EVAL_OVERRIDES"]
 
 CONFIG = "config.json"
@@ -134,10 +134,14 @@ def open_run(prepared: Prepared) -> Lock:
     return lock
 
 
+def clean_result(summary: dict) -> dict:
+    """`summary` as strict JSON values (a NaN or infinite value becomes null)."""
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in summary.items()}
+
+
 def write_result(run_dir: Path, summary: dict) -> dict:
-    """Writes `RUN/result.json` as strict JSON (a NaN or infinite value becomes null); returns
-    what it wrote."""
-    clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in summary.items()}
+    """Writes `RUN/result.json` as strict JSON (`clean_result`); returns what it wrote."""
+    clean = clean_result(summary)
     checkpoint.atomic_write(run_dir / RESULT, json.dumps(clean, indent=2, allow_nan=False).encode())
     return clean
 

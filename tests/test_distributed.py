@@ -1,0 +1,161 @@
+"""Multi-process evolve (`jax.distributed`, CPU collectives through gloo on 127.0.0.1).
+
+A run over P processes x D devices is the same computation as one process with P*D devices:
+its `metrics.csv` (time columns aside) and checkpoint bytes are identical. Only process 0
+writes and logs. Faults end every process in bounded time, and the run resumes from its last
+checkpoint, with another process count too.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import read_metrics, subprocess_env
+
+ARGS = ["--env_name=CartPole-v1", "--pop_size=12", "--num_rollouts=2", "--num_generations=4", "--eval_every=2",
+        "--eval_episodes=4", "--checkpoint_every=2", "--quiet", "--wandb=disabled"]
+#: Long enough (about 50 ms a generation after compiling) to stop a process in the middle.
+LONG = ["--env_name=Pendulum-v1", "--pop_size=32", "--num_rollouts=4", "--num_generations=150", "--eval_every=50",
+        "--eval_episodes=4", "--checkpoint_every=1", "--quiet", "--wandb=disabled"]
+
+
+def popeval(args: list[str], cwd: Path, devices: int | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = subprocess_env(**({"JAX_NUM_CPU_DEVICES": str(devices)} if devices else {}))
+    return subprocess.run([sys.executable, "-m", "popeval", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def launch(processes: int, devices: int, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return popeval(["launch", f"--processes={processes}", f"--devices-per-process={devices}",
+                    f"--log-dir={cwd / 'logs'}", "--", "evolve", *args], cwd)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+@pytest.mark.parametrize("processes,devices", [(2, 1), (2, 2)])
+def test_processes_equal_one_process_with_as_many_devices(tmp_path, processes, devices):
+    many = ok(launch(processes, devices, ARGS + ["--run_dir=many"], tmp_path))
+    one = ok(popeval(["evolve", *ARGS, "--run_dir=one"], tmp_path, devices=processes * devices))
+    a, b = tmp_path / "many", tmp_path / "one"
+    assert read_metrics(a, timing=False) == read_metrics(b, timing=False)
+    assert (a / "checkpoint.msgpack").read_bytes() == (b / "checkpoint.msgpack").read_bytes()
+    assert sorted(p.name for p in a.iterdir()) == sorted(p.name for p in b.iterdir())
+    # Process 0 speaks for the run; the others print nothing of popeval's (JAX's gloo line aside).
+    assert f"{processes * devices} device(s) in {processes} processes" in many.stderr
+    assert '"processes": %d' % processes in many.stdout
+    others = (tmp_path / "logs" / "process-1.log").read_text()
+    assert "run " not in others and "{" not in others, others
+
+
+def test_a_killed_process_ends_the_run_and_it_resumes(tmp_path):
+    """Process 1 is killed mid-run: process 0 fails within seconds with a message that says
+    how to resume, keeping its last checkpoint; one process with two devices resumes it, and
+    the whole run equals an uninterrupted one."""
+    port = free_port()
+    env = subprocess_env(JAX_NUM_CPU_DEVICES="1")
+    common = [sys.executable, "-m", "popeval", "evolve", *LONG, "--run_dir=run",
+              f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2", "--distributed_timeout=60"]
+    procs = [subprocess.Popen(common + [f"--process_id={i}"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for i in range(2)]
+    try:
+        metrics = tmp_path / "run" / "metrics.csv"
+        deadline = time.monotonic() + 240
+        while not (metrics.exists() and len(metrics.read_text().splitlines()) > 5):
+            assert time.monotonic() < deadline and procs[0].poll() is None, procs[0].communicate()
+            time.sleep(0.05)
+        procs[1].send_signal(signal.SIGKILL)
+        killed_at = time.monotonic()
+        _, err = procs[0].communicate(timeout=120)
+        waited = time.monotonic() - killed_at
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    assert procs[0].returncode not in (0, None)
+    assert waited < 60, waited
+    assert "another process of this run stopped" in err and "--resume run" in err, err[-2000:]
+    stopped = len(read_metrics(tmp_path / "run"))
+    assert 5 <= stopped < 150, "process 1 was not killed mid-run"
+
+    ok(popeval(["evolve", "--resume=run", "--quiet", "--wandb=disabled"], tmp_path, devices=2))
+    ok(popeval(["evolve", *LONG, "--run_dir=whole"], tmp_path, devices=2))
+    assert read_metrics(tmp_path / "run", timing=False) == read_metrics(tmp_path / "whole", timing=False)
+    a, b = tmp_path / "run" / "checkpoint.msgpack", tmp_path / "whole" / "checkpoint.msgpack"
+    assert a.read_bytes() == b.read_bytes()
+
+
+def test_an_unreachable_coordinator_fails_in_bounded_time(tmp_path):
+    t0 = time.monotonic()
+    proc = popeval(["evolve", *ARGS, f"--coordinator_address=127.0.0.1:{free_port()}", "--num_processes=2",
+                    "--process_id=1", "--distributed_timeout=2"], tmp_path, devices=1, timeout=120)
+    assert proc.returncode == 2
+    assert "could not reach the coordinator" in proc.stderr, proc.stderr
+    assert time.monotonic() - t0 < 60
+
+
+def test_a_missing_process_fails_in_bounded_time(tmp_path):
+    """Process 0 of two waits for the other up to the timeout, then JAX ends it."""
+    t0 = time.monotonic()
+    proc = popeval(["evolve", *ARGS, "--run_dir=run", f"--coordinator_address=127.0.0.1:{free_port()}",
+                    "--num_processes=2", "--process_id=0", "--distributed_timeout=2"], tmp_path, devices=1,
+                   timeout=120)
+    assert proc.returncode != 0
+    assert "waiting up to 2 s for 2 processes" in proc.stderr, proc.stderr[-2000:]
+    assert time.monotonic() - t0 < 90
+    assert not (tmp_path / "run").exists()  # nothing written before every process joined
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--num_processes=2", "--process_id=2", "--coordinator_address=127.0.0.1:1234"], "process_id must be in [0, 2)"),
+    (["--num_processes=2", "--process_id=0"], "needs coordinator_address, num_processes and process_id together"),
+    (["--num_processes=2", "--process_id=0", "--coordinator_address=nohost"], "must be HOST:PORT"),
+])
+def test_bad_process_flags_are_refused(tmp_path, flags, message):
+    proc = popeval(["evolve", *ARGS, *flags], tmp_path, devices=1, timeout=120)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+
+
+def test_the_launcher_stops_every_process_when_one_fails(tmp_path):
+    """A bad config fails on every process; the launcher reports it and exits with its code."""
+    proc = launch(2, 1, ARGS + ["--run_dir=run", "--pop_size=1"], tmp_path)
+    assert proc.returncode == 2
+    assert "pop_size must be >= 2" in proc.stderr and "failed (exit code 2)" in proc.stderr, proc.stderr
+    proc = popeval(["launch", "--processes=2", "--", "eval", "run"], tmp_path)
+    assert proc.returncode == 2 and "runs `popeval evolve ...`" in proc.stderr
+
+
+def test_one_process_flags_run_as_a_plain_run(tmp_path):
+    ok(popeval(["evolve", *ARGS, "--run_dir=run", "--num_generations=1", "--num_processes=1", "--process_id=0",
+                f"--coordinator_address=127.0.0.1:{free_port()}"], tmp_path, devices=1))
+    assert len(read_metrics(tmp_path / "run")) == 1
+
+
+def test_initialize_outside_a_cluster_is_a_no_op(monkeypatch):
+    from popeval import sharding
+
+    for var in ("SLURM_JOB_ID", "SLURM_PROCID", "OMPI_MCA_orte_hnp_uri"):
+        monkeypatch.delenv(var, raising=False)
+    assert sharding.initialize() is None
+    monkeypatch.setenv("SLURM_JOB_ID", "1")
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    monkeypatch.setenv("SLURM_NTASKS", "1")
+    assert sharding._detected_cluster() is None  # one task: one process
+    monkeypatch.setenv("SLURM_NTASKS", "4")
+    assert sharding._detected_cluster() == "slurm"

@@ -142,9 +142,9 @@ def run() -> None:
     """
     code = main()
     if code == 0 and "jax" in sys.modules:
-        from popeval import sharding
+        from popeval import distributed
 
-        sharding.finish()  # a multi-process run: wait for the others (process 0 hosts the coordinator)
+        distributed.finish()  # a multi-process run: wait for the others (process 0 hosts the coordinator)
     if "wandb" in sys.modules:
         sys.modules["wandb"].teardown()
     logging.shutdown()
@@ -172,12 +172,12 @@ def _use_compilation_cache() -> str | None:
 
 
 def _evolve(args, extra) -> int:
-    from popeval import sharding
+    from popeval import distributed
 
     # Before anything starts a JAX backend (importing the strategies does).
-    joined = sharding.initialize(args.coordinator_address, args.num_processes, args.process_id,
-                                 timeout=args.distributed_timeout)
-    if joined and sharding.process_index() == 0:
+    joined = distributed.initialize(args.coordinator_address, args.num_processes, args.process_id,
+                                    timeout=args.distributed_timeout)
+    if joined and distributed.process_index() == 0:
         log.info(joined)
     from popeval.strategies import RunOptions, evolve, load_config, parse_overrides
     from popeval.strategies.run_dir import read_config
@@ -188,14 +188,15 @@ def _evolve(args, extra) -> int:
                          coordinator_address=args.coordinator_address, num_processes=args.num_processes,
                          process_id=args.process_id, distributed_timeout=args.distributed_timeout)
     if args.resume and not args.config:
-        config = read_config(args.resume, parse_overrides(extra))
+        # Process 0 reads the run directory and tells the others (which need not see it).
+        config = read_config(args.resume, parse_overrides(extra)) if distributed.process_index() == 0 else None
     elif args.config or extra:
         config = load_config(args.config, extra)  # no --config: the defaults and the overrides
     else:
         raise ValueError("evolve needs --config FILE and/or --key=value settings (or --resume RUN_DIR); "
                          "see popeval evolve --help")
     summary = evolve(config, options)
-    if sharding.process_index() == 0:
+    if distributed.process_index() == 0:
         print(json.dumps(summary, indent=2))
     if summary.get("stopped"):
         print(f"popeval evolve: stopped: {summary['stopped']}", file=sys.stderr)

@@ -47,6 +47,7 @@ class EvolveConfig:
     common_random_numbers: bool = True
     obs_normalization: bool = False
     compaction: bool = True  # RolloutWrapper(compaction=...): same results, faster when episodes end early
+    sharded_sampling: bool = False  # each device samples only its members (Gaussian strategies)
     seed: int = 0
     target: typing.Optional[float] = None  # reached when the population mean fitness >= target
     stop_at_target: bool = False
@@ -101,6 +102,9 @@ FIELD_HELP = {
     "common_random_numbers": "all members play the same episodes in a generation",
     "obs_normalization": "normalise observations with running statistics",
     "compaction": "gather members with running episodes into fewer chunks as others end (same results)",
+    "sharded_sampling": ("each device samples only its own members and the update regenerates them from the key: "
+                         "memory per device O(pop_size / devices x params), not O(pop_size x params) "
+                         "(openai_es, snes, pgpe; other random numbers than evosax's ask)"),
     "seed": "the run's seed (int32)",
     "target": "population mean fitness that counts as solved (null: none)",
     "stop_at_target": "stop at the first generation that reaches the target",

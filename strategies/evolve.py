@@ -32,12 +32,12 @@ from typing import Sequence
 import jax
 import numpy as np
 
-from popeval import checkpoint, compiler, sharding
+from popeval import checkpoint, compiler, distributed, sharding
 from popeval import keys as keys_lib
 from popeval.sinks import CSVSink, LogSink, PlotSink, ProgressSink, RunInfo, Sink, WandbSink
 
 from . import run_dir as run_dir_lib
-from .config import EvolveConfig, RunOptions, config_from_dict
+from .config import EvolveConfig, RunOptions
 from .programs import build, eval_fn, generation_fn, init_fn, init_state
 
 __all__ = ["evolve", "default_sinks", "RunInterrupted"]
@@ -124,13 +124,13 @@ def evolve(config: EvolveConfig | None = None, options: RunOptions | None = None
     """
     t_start = time.perf_counter()
     options = RunOptions() if options is None else options
-    joined = sharding.initialize(options.coordinator_address, options.num_processes, options.process_id,
-                                 timeout=options.distributed_timeout)
-    primary = sharding.process_index() == 0  # the one process that writes and logs
+    joined = distributed.initialize(options.coordinator_address, options.num_processes, options.process_id,
+                                    timeout=options.distributed_timeout)
+    primary = distributed.process_index() == 0  # the one process that writes and logs
     say = log.info if primary else (lambda *args: None)
     if joined:
         say("%s", joined)
-    opened = _open(config, options, primary)
+    opened = run_dir_lib.open_shared(config, options, primary)
     if "done" in opened:
         return opened["done"]
     run_dir, resuming, config, meta = Path(opened["run_dir"]), opened["resuming"], opened["config"], opened["meta"]
@@ -150,7 +150,7 @@ def evolve(config: EvolveConfig | None = None, options: RunOptions | None = None
                             jax.eval_shape(init_fn(run, config), seed))
         say("run %s: %s on %s, pop %d x %d rollouts, %d device(s)%s%s", run_dir, run.strategy.name,
             config.env_name, config.pop_size, config.num_rollouts, devices,
-            f" in {sharding.process_count()} processes" if sharding.process_count() > 1 else "",
+            f" in {distributed.process_count()} processes" if distributed.process_count() > 1 else "",
             f" (resumed at generation {start_gen})" if resuming else "")
         info = RunInfo(run_dir=run_dir, name=run_dir.name, title=f"{config.env_name} / {run.strategy.name}",
                        config=config.to_dict(), start_generation=start_gen,
@@ -160,7 +160,7 @@ def evolve(config: EvolveConfig | None = None, options: RunOptions | None = None
         if resuming:
             if primary:
                 state, _ = checkpoint.load(run_dir, state)
-            state = sharding.broadcast(state)  # the other processes need not see the run directory
+            state = distributed.broadcast(state)  # the other processes need not see the run directory
         stacked, stacked_seed = step.replicate(state), step.replicate(seed)
         compile_time = None
         t0 = time.perf_counter()
@@ -217,10 +217,10 @@ def evolve(config: EvolveConfig | None = None, options: RunOptions | None = None
     except KeyboardInterrupt:
         raise RunInterrupted(run_dir, gen) from None
     except Exception as e:
-        if sharding.lost_peer(e):
+        if distributed.lost_peer(e):
             saved = (f"generation {gen} is saved in {run_dir}" if primary and gen > start_gen
                      else f"process 0 keeps the last checkpoint in {run_dir}")
-            raise RuntimeError(f"process {sharding.process_index()}: another process of this run stopped "
+            raise RuntimeError(f"process {distributed.process_index()}: another process of this run stopped "
                                f"({' '.join(str(e).split())[:200]}); {saved}; restart every process with "
                                f"--resume {run_dir}") from e
         raise
@@ -247,7 +247,7 @@ def evolve(config: EvolveConfig | None = None, options: RunOptions | None = None
         "wall_seconds": elapsed(),
         "first_generation_seconds": compile_time,
         "devices": devices,
-        "processes": sharding.process_count(),
+        "processes": distributed.process_count(),
         "run_dir": str(run_dir),
     }
     if stopped:
@@ -255,54 +255,6 @@ def evolve(config: EvolveConfig | None = None, options: RunOptions | None = None
     if not primary:
         return run_dir_lib.clean_result(summary)
     return run_dir_lib.write_result(Path(run_dir), summary)
-
-
-def _open(config: EvolveConfig | None, options: RunOptions, primary: bool) -> dict:
-    """Prepares (or resumes) the run directory on process 0 and tells every process what it
-    found: `run_dir`, `resuming`, `config`, `meta`, and `done` (a complete run's summary) or,
-    on process 0, `lock` and the built `run`. An error on process 0 is raised on every process."""
-    opened: dict = {}
-    error = run = None
-    if primary:
-        try:
-            if config is not None:
-                run = build(config)  # a bad config fails before any write
-            prepared = run_dir_lib.prepare(config, options)
-            meta = {"generation": 0, "env_steps": 0, "elapsed_seconds": 0.0, "wandb_id": None, "solved_at": None}
-            if prepared.resuming:
-                meta = {**meta, **checkpoint.load_meta(prepared.run_dir)}
-            opened = {"run_dir": str(prepared.run_dir), "resuming": prepared.resuming,
-                      "config": prepared.config.to_dict(), "meta": meta}
-            done = prepared.resuming and _complete(meta, prepared.config, prepared.saved)
-            if done:
-                log.info("run %s is complete (%s); nothing to do (raise num_generations to continue it)",
-                         prepared.run_dir, done)
-                opened["done"] = (run_dir_lib.read_result(prepared.run_dir)
-                                  or {"run_dir": str(prepared.run_dir), "generations": meta["generation"]})
-        except Exception as e:
-            error = e
-    shared = sharding.broadcast_json({"error": f"process 0: {type(error).__name__}: {error}"} if error else opened)
-    if error is not None:
-        raise error
-    if "error" in shared:
-        raise RuntimeError(shared["error"])
-    if not primary:
-        return {**shared, "config": config_from_dict(shared["config"])}
-    if "done" not in shared:
-        shared.update(lock=run_dir_lib.open_run(prepared), config=prepared.config,
-                      run=run if prepared.config is config else None)
-    return shared
-
-
-def _complete(meta: dict, config: EvolveConfig, saved: EvolveConfig | None) -> str | None:
-    """Why a resumed run has nothing left to do, or None."""
-    gen = int(meta["generation"])
-    if gen >= config.num_generations:
-        return f"generation {gen} of {config.num_generations}"
-    raised = saved is not None and config.num_generations > saved.num_generations
-    if config.stop_at_target and meta.get("solved_at") and not raised:
-        return f"its target {config.target} was reached at generation {meta['solved_at']['generation']}"
-    return None
 
 
 def _close(sinks: Sequence[Sink], startup: _Startup | None, failing: bool = False) -> None:

@@ -5,7 +5,8 @@
     generation = generation_fn(run, config, devices)  # per-device: (state, seed) -> (state, metrics)
     evaluate = eval_fn(run, config)                   # mean and best policy on the same episodes
 
-A generation, on each device: ask the strategy for the (same) population, evaluate this
+A generation, on each device: ask the strategy for the (same) population (or, with
+`sharded_sampling`, sample only this device's members: `Strategy.members`), evaluate this
 device's members with the fitness-only path on episode keys that derive from (seed,
 generation, member index) (`popeval.keys`), all-gather the fitness, tell the strategy, track
 the best member and the observation statistics. Nothing here knows about files or sinks.
@@ -72,6 +73,9 @@ def build(config: EvolveConfig) -> Run:
     template = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes)
     strategy = make_strategy(config.strategy, config.pop_size, template, config.fitness_shaping,
                              **config.strategy_kwargs)
+    if config.sharded_sampling and strategy.members is None:
+        raise ValueError(f"sharded_sampling: {strategy.name} cannot sample its members one by one; "
+                         "Open_ES (openai_es), SNES and PGPE can")
     return Run(env, env_params, policy, manager, strategy, template)
 
 
@@ -103,22 +107,31 @@ def generation_fn(run: Run, config: EvolveConfig, devices: int):
     differ only in their seed share the compiled program and the compilation cache)."""
     pop_size, num_rollouts = config.pop_size, config.num_rollouts
 
+    sampler = run.strategy.members if config.sharded_sampling else None
+
     def generation(state: EvolveState, seed: jax.Array):
         key_ask, key_eval = keys_lib.generation_keys(seed, state.generation)
-        population, strategy_state = run.strategy.ask(key_ask, state.strategy)
+        if sampler is None:  # every device asks for the whole population, evaluates its slice
+            population, strategy_state = run.strategy.ask(key_ask, state.strategy)
+            members_of = lambda idx: jax.tree.map(lambda x: x[idx], population)  # noqa: E731
+            tell = lambda f: run.strategy.tell(strategy_state, population, f)  # noqa: E731
+        else:  # every device samples its own members; the update regenerates them from the key
+            members_of = lambda idx: sampler.sample(state.strategy, key_ask, idx)  # noqa: E731
+            tell = lambda f: sampler.tell(state.strategy, key_ask, f)  # noqa: E731
         members, _ = sharding.local_slice(pop_size, devices)
-        mine = jax.tree.map(lambda x: x[jnp.minimum(members, pop_size - 1)], population)
+        mine = members_of(jnp.minimum(members, pop_size - 1))
         episodes = jax.random.split(key_eval, num_rollouts)
         keys = keys_lib.member_keys(episodes, members, config.common_random_numbers)
         result = run.manager.population_fitness(keys, mine, obs_stats=state.obs_stats)
         fitness = sharding.gather_members(result.returns.mean(axis=-1), pop_size)
         steps = sharding.gather_members(result.lengths.sum(axis=-1), pop_size)
-        strategy_state, tell_metrics = run.strategy.tell(strategy_state, population, fitness)
+        strategy_state, tell_metrics = tell(fitness)
 
         clean, _ = sanitize_fitness(fitness)
         best = jnp.argmax(clean)
         improved = jnp.isfinite(fitness[best]) & (fitness[best] > state.best_fitness)
-        best_params = jax.tree.map(lambda b, p: jnp.where(improved, p[best], b), state.best_params, population)
+        best_params = jax.tree.map(lambda b, p: jnp.where(improved, p[0], b), state.best_params,
+                                   members_of(best[None]))
         best_fitness = jnp.where(improved, fitness[best], state.best_fitness)
         obs_stats = state.obs_stats
         if config.obs_normalization:

@@ -13,19 +13,20 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from popeval import checkpoint
+from popeval import checkpoint, distributed
 
 from .config import LEGACY_RUN_KEYS, EvolveConfig, RunOptions, config_from_dict, parse_overrides
 from .programs import Run, build, init_state
 
 __all__ = ["CONFIG", "RESULT", "Lock", "Prepared", "prepare", "open_run", "read_config", "clean_result", "write_result",
-           "read_result", "load_policy", "EVAL_OVERRIDES"]
+           "read_result", "load_policy", "open_shared", "complete", "EVAL_OVERRIDES"]
 
 CONFIG = "config.json"
 RESULT = "result.json"
@@ -186,3 +187,51 @@ def load_policy(run_dir: str | os.PathLike, which: str | None = None, overrides:
     state, _ = checkpoint.load(run_dir, init_state(run, config))
     params = state.best_params if which == "best" else run.strategy.mean(state.strategy)
     return SavedPolicy(run, params, state.obs_stats, which)
+
+
+def open_shared(config: EvolveConfig | None, options: RunOptions, primary: bool) -> dict:
+    """Prepares (or resumes) the run directory on process 0 and tells every process what it
+    found: `run_dir`, `resuming`, `config`, `meta`, and `done` (a complete run's summary) or,
+    on process 0, `lock` and the built `run`. An error on process 0 is raised on every process."""
+    opened: dict = {}
+    error = run = None
+    if primary:
+        try:
+            if config is not None:
+                run = build(config)  # a bad config fails before any write
+            prepared = prepare(config, options)
+            meta = {"generation": 0, "env_steps": 0, "elapsed_seconds": 0.0, "wandb_id": None, "solved_at": None}
+            if prepared.resuming:
+                meta = {**meta, **checkpoint.load_meta(prepared.run_dir)}
+            opened = {"run_dir": str(prepared.run_dir), "resuming": prepared.resuming,
+                      "config": prepared.config.to_dict(), "meta": meta}
+            done = prepared.resuming and complete(meta, prepared.config, prepared.saved)
+            if done:
+                logging.getLogger("popeval").info("run %s is complete (%s); nothing to do (raise num_generations to continue it)",
+                         prepared.run_dir, done)
+                opened["done"] = (read_result(prepared.run_dir)
+                                  or {"run_dir": str(prepared.run_dir), "generations": meta["generation"]})
+        except Exception as e:
+            error = e
+    shared = distributed.broadcast_json({"error": f"process 0: {type(error).__name__}: {error}"} if error else opened)
+    if error is not None:
+        raise error
+    if "error" in shared:
+        raise RuntimeError(shared["error"])
+    if not primary:
+        return {**shared, "config": config_from_dict(shared["config"])}
+    if "done" not in shared:
+        shared.update(lock=open_run(prepared), config=prepared.config,
+                      run=run if prepared.config is config else None)
+    return shared
+
+
+def complete(meta: dict, config: EvolveConfig, saved: EvolveConfig | None) -> str | None:
+    """Why a resumed run has nothing left to do, or None."""
+    gen = int(meta["generation"])
+    if gen >= config.num_generations:
+        return f"generation {gen} of {config.num_generations}"
+    raised = saved is not None and config.num_generations > saved.num_generations
+    if config.stop_at_target and meta.get("solved_at") and not raised:
+        return f"its target {config.target} was reached at generation {meta['solved_at']['generation']}"
+    return None

@@ -9,6 +9,8 @@ The maths is evosax's (Salimans et al. 2017, OpenAI-ES; Hansen 2016, CMA-ES; and
 algorithm in `evosax.algorithms`); this module only adapts the interface: pytree solutions,
 fitness shaping chosen by name, non-finite fitness ranked worst, and the one sign flip from
 popeval's maximisation to evosax's minimisation.
+
+The per-member form of the Gaussian strategies (`Strategy.members`): `member_sampling`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from flax import struct
 
 from popeval.environments.registry import did_you_mean
 
+from .member_sampling import member_sampling
 from .shaping import FITNESS_SHAPING, sanitize_fitness
 
 __all__ = ["Strategy", "StrategyState", "make_strategy", "openai_es", "cma_es", "strategy_names"]
@@ -49,6 +52,7 @@ class Strategy(NamedTuple):
     name: str
     pop_size: int
     num_dims: int
+    members: Any = None  # `member_sampling.MemberSampling`: the per-member form (Open_ES, SNES, PGPE)
 
 
 def strategy_names() -> list[str]:
@@ -143,6 +147,7 @@ def make_strategy(
     std_init: float | None = None,
     std_decay: float = 1.0,
     std_min: float = 0.0,
+    member_chunk: int | None = None,
     **kwargs: Any,
 ) -> Strategy:
     """Any evosax algorithm as a popeval `Strategy`.
@@ -158,6 +163,8 @@ def make_strategy(
             learning rate, its per-generation decay factor and floor, and an optax optimizer
             name (e.g. "adam" or "sgd").
         std_init, std_decay, std_min: initial search std and its per-generation decay.
+        member_chunk: members regenerated at a time by `Strategy.members.tell`; default
+            `max(1, min(pop_size, 2**20 // num_dims))`.
         **kwargs: further constructor arguments or `Params` fields of the evosax algorithm.
     """
     cls = _resolve(name)
@@ -267,7 +274,8 @@ def make_strategy(
             return algo.get_mean(state.evo_state)
         return unravel(state.evo_state.best_solution)
 
-    return Strategy(init, ask, tell, mean, cls.__name__, int(pop_size), int(algo.num_dims))
+    members = member_sampling(algo, shaping_fn, unravel, member_chunk, _strong)
+    return Strategy(init, ask, tell, mean, cls.__name__, int(pop_size), int(algo.num_dims), members)
 
 
 def _strong(tree: Any, like: Any = None) -> Any:

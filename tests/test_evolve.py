@@ -226,7 +226,8 @@ def test_a_kill_between_the_two_checkpoint_files_resumes_consistently(tmp_path):
 def test_invalid_configs_raise_and_write_nothing(tmp_path):
     run_dir = tmp_path / "run"
     for bad, match in [({"strategy": "cma_ess"}, "CMA_ES"), ({"env_name": "CartPol-v1"}, "CartPole-v1"),
-                       ({"pop_size": 7}, "even")]:
+                       ({"pop_size": 7}, "even"),
+                       ({"strategy": "cma_es", "sharded_sampling": True}, "CMA_ES cannot sample its members")]:
         with pytest.raises(ValueError, match=match):
             evolve(EvolveConfig(**{**TINY, **bad}), RunOptions(run_dir=str(run_dir), **QUIET))
         assert not run_dir.exists() or not any(run_dir.iterdir()), bad
@@ -334,6 +335,10 @@ def test_run_options_and_lstm_sizes_are_checked():
         RunOptions(wandb="sometimes")
     with pytest.raises(ValueError, match="either run_dir"):
         RunOptions(run_dir="a", resume="b")
+    with pytest.raises(ValueError, match="distributed_timeout"):
+        RunOptions(distributed_timeout=0)
+    with pytest.raises(ValueError, match="together"):
+        evolve(EvolveConfig(**TINY), RunOptions(num_processes=2, **QUIET))
     with pytest.raises(ValueError, match="one hidden size"):
         EvolveConfig(policy="lstm", hidden_sizes=(8, 8))
 

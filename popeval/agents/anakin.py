@@ -1,4 +1,4 @@
-"""Anakin: a Q(lambda) learner `vmap`ped over environments and `pmap`ped over devices.
+"""Anakin: a Q(lambda) learner `vmap`ped over environments and run on every device.
 
 Hessel, Kroiss, Viola and van Hasselt (2021), "Podracer architectures for scalable
 Reinforcement Learning", and its demo notebook (seed 003), here on popeval's environments:
@@ -6,7 +6,7 @@ Reinforcement Learning", and its demo notebook (seed 003), here on popeval's env
 - per environment (`vmap`, axis `BATCH`): a trajectory of `rollout_len` steps (`lax.scan` of
   the policy and `env.step`, which auto-resets) and its TD(lambda) Q-learning loss
   (`popeval.agents.td.td_lambda`), averaged with `lax.pmean` over `BATCH`;
-- per device (`pmap` through `popeval.sharding.Replicated`, axis `sharding.AXIS`): the
+- per device (`popeval.sharding.Replicated`, axis `sharding.AXIS`): the
   gradient, averaged with `lax.pmean` over the devices, and one `optax.adam` step;
 - `iterations` updates inside one `lax.fori_loop`: one compiled call per device runs them all;
 - a flax MLP (flatten, Dense `hidden_size`, relu, Dense `num_actions`), greedy actions

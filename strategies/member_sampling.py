@@ -1,0 +1,151 @@
+"""Ask and tell without the whole population: the per-member form of evosax's Gaussian
+strategies (`Strategy.members`, built by `make_strategy`).
+
+For distributed evolution no device should hold the whole population (P x D floats); the
+Gaussian strategies (Open_ES, SNES, PGPE) need not:
+
+    solutions = strategy.members.sample(state, key, members)   # only these members' solutions
+    state, metrics = strategy.members.tell(state, key, fitness)  # fitness: all P members
+
+Member i's perturbation depends only on (key, i): `normal(fold_in(key, i), (D,))`. With
+antithetic sampling (Open_ES's default, always in PGPE) member i + P/2 mirrors member i (it is
+`-z_i`), evosax's `[z, -z]` layout. `tell` regenerates the perturbations `chunk` members at a
+time (whole pairs: one draw serves both) and accumulates only the sums the update needs, and
+the generation's best member for evosax's archive (memory O(chunk x D + P)); it equals
+`Strategy.tell(state, sample(state, key, arange(P)), fitness)` to float32 rounding (the
+summation order differs). `chunk` defaults to `max(1, min(P, 2**20 // D))` (4 MiB of noise per
+chunk), a function of (P, D) only, so results do not depend on the device layout.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from .shaping import sanitize_fitness
+
+__all__ = ["MemberSampling", "member_sampling"]
+
+
+class MemberSampling(NamedTuple):
+    """Ask and tell without the whole population (see the module docstring)."""
+
+    #: (state, key, members (m,) int32 in [0, P)) -> those members' solutions, leading axis m
+    sample: Callable[[Any, jax.Array, jax.Array], Any]
+    #: (state, key, fitness (P,)) -> (state, metrics): `Strategy.tell` on `sample(.., arange(P))`
+    tell: Callable[[Any, jax.Array, jax.Array], tuple[Any, dict]]
+    chunk: int  # members regenerated at a time inside tell (whole antithetic pairs, at least one)
+
+
+
+def member_sampling(algo: Any, shaping_fn: Callable, unravel: Callable, chunk: int | None,
+                    strong: Callable) -> MemberSampling | None:
+    """`Strategy.members` for evosax's Open_ES, SNES and PGPE (whose ask leaves the state as
+    it is); None for other algorithms. The updates are evosax's `_tell`s, written over sums.
+    `chunk=None`: the default, `max(1, min(P, 2**20 // D))`."""
+    if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
+        raise ValueError(f"member_chunk must be an int >= 1, got {chunk!r}")
+    name = type(algo).__name__
+    if name not in ("Open_ES", "SNES", "PGPE"):
+        return None
+    chunk = chunk or max(1, min(algo.population_size, 2**20 // algo.num_dims))
+    pop_size, num_dims, half = algo.population_size, algo.num_dims, algo.population_size // 2
+    paired = name == "PGPE" or (name == "Open_ES" and algo.use_antithetic_sampling)
+    num_draws = half if paired else pop_size  # noise vectors per generation
+
+    def noise(key, draws):  # (m,) -> (m, num_dims)
+        z = jax.vmap(lambda i: jax.random.normal(jax.random.fold_in(key, i), (num_dims,)))(draws)
+        # Unfused from the affine map that follows: XLA:CPU fused them into code whose rounding
+        # depended on the number of members asked; this way a member's bits never do.
+        return jax.lax.optimization_barrier(z)
+
+    def sample(state: Any, key: jax.Array, members: jax.Array) -> Any:
+        members = jnp.asarray(members, jnp.int32)
+        draws, sign = members, 1.0
+        if paired:  # member i + P/2 mirrors member i
+            draws, sign = members % half, jnp.where(members < half, 1.0, -1.0)[:, None]
+        es = state.evo_state
+        return jax.vmap(unravel)(es.mean + es.std * (sign * noise(key, draws)))
+
+    def regenerate(es, key, w, best, stats):
+        """(best member's solution, sum of `stats` over all members), `chunk` members at a time.
+
+        `stats(weights, solutions)` gets the shaped fitness and solutions of a chunk's members:
+        one (m,) and (m, num_dims) array each, or two (members i, then i + P/2) when paired."""
+        size = min(max(1, chunk // 2) if paired else chunk, num_draws)  # draws per chunk
+
+        def one_chunk(start):
+            draws = start + jnp.arange(size)
+            valid = draws < num_draws  # the last chunk is padded
+            draws = jnp.where(valid, draws, 0)
+            z = noise(key, draws)
+            offsets, xs = [0], [es.mean + es.std * z]
+            if paired:
+                offsets, xs = [0, half], [xs[0], es.mean + es.std * -z]
+            picked = jnp.zeros(num_dims, xs[0].dtype)
+            for offset, x in zip(offsets, xs):  # the best member, if it is one of these
+                local = best - offset - start  # its row in x
+                hit = (local >= 0) & (local < size) & (best - offset < num_draws)
+                picked += jnp.where(hit, x[jnp.clip(local, 0, size - 1)], 0.0)
+            return picked, stats([jnp.where(valid, w[draws + offset], 0.0) for offset in offsets], xs)
+
+        def body(acc, start):
+            return jax.tree.map(jnp.add, acc, one_chunk(start)), None
+
+        zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(one_chunk, 0))
+        return jax.lax.scan(body, zeros, jnp.arange(0, num_draws, size))[0]
+
+    def step(es, grad):  # evosax's optax step on the mean
+        updates, opt_state = algo.optimizer.update(grad, es.opt_state, es.mean)
+        return es.replace(mean=optax.apply_updates(es.mean, updates), opt_state=opt_state)
+
+    def rules(es, params, w):
+        """evosax's `_tell` in two parts: the per-member sums, and the update from them."""
+        if name == "Open_ES":  # z from the solutions, as evosax computes it: the same rounding
+            def stats(ws, xs):
+                return sum(wi @ ((x - es.mean) / es.std) for wi, x in zip(ws, xs))
+
+            def update(sums):
+                return step(es, sums / (pop_size * es.std)).replace(std=algo.std_schedule(es.generation_counter))
+        elif name == "SNES":
+            def stats(ws, xs):
+                z = (xs[0] - es.mean) / es.std
+                return ws[0] @ z, ws[0] @ (z**2 - 1)
+
+            def update(sums):
+                return step(es, -es.std * sums[0]).replace(std=es.std * jnp.exp(0.5 * es.lr_std * sums[1]))
+        else:  # PGPE: over the pairs (i, i + P/2)
+            baseline = jnp.mean(w)
+
+            def stats(ws, xs):
+                z_scaled, (plus, minus) = xs[0] - es.mean, ws
+                grad_std = (plus + minus - 2 * baseline) @ ((z_scaled**2 - es.std**2) / es.std)
+                return (plus - minus) @ z_scaled, grad_std
+
+            def update(sums):
+                max_change = params.std_max_change * es.std
+                std = jnp.clip(es.std - params.std_lr * (sums[1] / pop_size), min=es.std - max_change,
+                               max=es.std + max_change)
+                return step(es, sums[0] / pop_size).replace(std=std)
+        return stats, update
+
+    def tell(state: Any, key: jax.Array, fitness: jax.Array):
+        fitness, nonfinite = sanitize_fitness(jnp.asarray(fitness, jnp.float32))
+        next_key, _ = jax.random.split(state.key)  # as `Strategy.tell` (evosax's tell key is unused)
+        evo_fitness = -fitness  # evosax minimises; popeval maximises returns.
+        es, params = state.evo_state, state.evo_params
+        # popeval's shaping reads neither the population nor the archive: shape before regenerating.
+        w = shaping_fn(None, evo_fitness, es, params)
+        best = jnp.argmin(evo_fitness)  # evosax's archive (no NaN after sanitising)
+        better = evo_fitness[best] < es.best_fitness
+        stats, update = rules(es, params, w)
+        best_solution, sums = regenerate(es, key, w, best, stats)
+        es = update(sums).replace(best_solution=jnp.where(better, best_solution, es.best_solution),
+                                  best_fitness=jnp.where(better, evo_fitness[best], es.best_fitness),
+                                  generation_counter=es.generation_counter + 1)
+        return strong(state.replace(evo_state=es, key=next_key), like=state), {"nonfinite/count": nonfinite}
+
+    return MemberSampling(sample, tell, chunk)

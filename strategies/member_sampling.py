@@ -9,9 +9,10 @@ Gaussian strategies (Open_ES, SNES, PGPE) need not:
 
 Member i's perturbation depends only on (key, i): `normal(fold_in(key, i), (D,))`. With
 antithetic sampling (Open_ES's default, always in PGPE) member i + P/2 mirrors member i (it is
-`-z_i`), evosax's `[z, -z]` layout. `tell` regenerates the perturbations `chunk` members at a
-time (whole pairs: one draw serves both) and accumulates only the sums the update needs, and
-the generation's best member for evosax's archive (memory O(chunk x D + P)); it equals
+`-z_i`), evosax's `[z, -z]` layout. `sample` draws `chunk` members at a time into its output
+(memory: the output and one chunk's random bits). `tell` regenerates the perturbations `chunk`
+members at a time (whole pairs: one draw serves both) and accumulates only the sums the update
+needs, and the generation's best member for evosax's archive (memory O(chunk x D + P)); it equals
 `Strategy.tell(state, sample(state, key, arange(P)), fitness)` to float32 rounding (the
 summation order differs). `chunk` defaults to `max(1, min(P, 2**20 // D))` (4 MiB of noise per
 chunk), a function of (P, D) only, so results do not depend on the device layout.
@@ -64,11 +65,28 @@ def member_sampling(algo: Any, shaping_fn: Callable, unravel: Callable, chunk: i
 
     def sample(state: Any, key: jax.Array, members: jax.Array) -> Any:
         members = jnp.asarray(members, jnp.int32)
-        draws, sign = members, 1.0
-        if paired:  # member i + P/2 mirrors member i
-            draws, sign = members % half, jnp.where(members < half, 1.0, -1.0)[:, None]
-        es = state.evo_state
-        return jax.vmap(unravel)(es.mean + es.std * (sign * noise(key, draws)))
+        es, num = state.evo_state, members.shape[0]
+        size = min(chunk, num)
+
+        def block(ids):  # `size` members -> their solutions (a pytree)
+            draws, sign = ids, 1.0
+            if paired:  # member i + P/2 mirrors member i
+                draws, sign = ids % half, jnp.where(ids < half, 1.0, -1.0)[:, None]
+            return jax.vmap(unravel)(es.mean + es.std * (sign * noise(key, draws)))
+
+        if size == num:
+            return block(members)
+
+        # `size` members at a time, written into the output in place: the random bits and their
+        # intermediates exist for one block only. The last block overlaps the one before it.
+        def body(k, out):
+            start = jnp.minimum(k * size, num - size)
+            part = block(jax.lax.dynamic_slice(members, (start,), (size,)))
+            return jax.tree.map(lambda o, x: jax.lax.dynamic_update_slice_in_dim(o, x, start, 0), out, part)
+
+        shapes = jax.eval_shape(block, members[:size])
+        out = jax.tree.map(lambda x: jnp.zeros((num,) + x.shape[1:], x.dtype), shapes)
+        return jax.lax.fori_loop(0, -(-num // size), body, out)
 
     def regenerate(es, key, w, best, stats):
         """(best member's solution, sum of `stats` over all members), `chunk` members at a time.

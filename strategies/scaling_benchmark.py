@@ -129,7 +129,7 @@ def run_case(config: dict, devices: int, generations: int, work: Path) -> dict:
     env.pop("XLA_FLAGS", None)
     out = subprocess.run([sys.executable, "-c", peak, *cmd], capture_output=True, text=True, env=env)
     if out.returncode:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
+        raise RuntimeError(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stderr[-3000:]}")
     import csv
 
     with open(run_dir / "metrics.csv", newline="") as f:
@@ -140,7 +140,8 @@ def run_case(config: dict, devices: int, generations: int, work: Path) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="benchmark.py scaling", description=__doc__.split("\n\n")[0])
-    p.add_argument("--configs", nargs="+", default=["cartpole", "pendulum"], help="experiments/configs/<name>.yaml")
+    p.add_argument("--configs", nargs="*", default=["cartpole", "pendulum"],
+                   help="experiments/configs/<name>.yaml (none: the memory rows only)")
     p.add_argument("--layouts", nargs="+", default=list(LAYOUTS), help="PROCESSESxDEVICES each (default: %(default)s)")
     p.add_argument("--generations", type=int, default=12)
     p.add_argument("--quick", action="store_true", help="2 layouts, 5 generations, a small memory case")
@@ -170,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
                 total = processes * devices  # a device receives all but its own share of what is gathered
                 row["received_bytes_per_device"] = sum(stats["collective_bytes"].values()) * (total - 1) // total
                 rows.append(row)
+                _write(args.out, load, rows, [])
                 print(f"{name:10s} {processes} proc x {devices} dev: {row['seconds_per_generation'] * 1e3:8.1f} ms "
                       f"per generation, {row['received_bytes_per_device']:,} bytes received per device, "
                       f"first generation {row['first_generation_seconds']:.1f} s", flush=True)
@@ -181,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             stats["sharded_sampling"] = sharded
             stats["per_device_bytes"] = stats["argument_bytes"] + stats["output_bytes"] + stats["temp_bytes"]
             memory.append(stats)
+            _write(args.out, load, rows, memory)
             print(f"OpenAI-ES P={case['pop_size']:,} x {stats['params']:,} params on 4 devices, "
                   f"sharded_sampling={sharded}: {stats['per_device_bytes'] / 2**20:,.1f} MiB per device "
                   f"(temp {stats['temp_bytes'] / 2**20:,.1f} MiB)", flush=True)
@@ -191,11 +194,15 @@ def main(argv: list[str] | None = None) -> int:
             memory[1]["run"] = ran
             print(f"  ran sharded_sampling on 4 devices: {ran['seconds_per_generation']:.1f} s per generation, "
                   f"peak resident memory {ran['peak_rss_bytes'] / 2**30:.2f} GiB (all 4 devices)", flush=True)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"load_average": load, "cpus": os.cpu_count(), "timing": rows,
-                                          "memory": memory}, indent=2))
+    _write(args.out, load, rows, memory)
     print(f"wrote {args.out}")
     return 0
+
+
+def _write(out: str, load: float, rows: list, memory: list) -> None:
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps({"load_average": load, "load_average_end": os.getloadavg()[0],
+                                     "cpus": os.cpu_count(), "timing": rows, "memory": memory}, indent=2))
 
 
 if __name__ == "__main__":

@@ -114,7 +114,8 @@ def evolve(config: EvolveConfig | None = None, options: RunOptions | None = None
         config: the experiment (`None` when resuming: the saved one).
         options: how this run is run (run directory, resume, W&B, progress).
         sinks: where metrics go (default `default_sinks(options)`); each is started, logged to
-            and closed by the loop, which closes them also when the run fails.
+            and closed by the loop, which closes them also when the run fails. In a
+            multi-process run (`options.num_processes`) only process 0 uses them.
 
     A resumed run that is complete (all its generations run, or its target reached with
     `stop_at_target`) changes nothing and returns its summary, unless `num_generations` was

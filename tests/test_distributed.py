@@ -48,9 +48,11 @@ def ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     return proc
 
 
-@pytest.mark.parametrize("processes,devices,sharded", [(2, 1, False), (2, 2, True)])
-def test_processes_equal_one_process_with_as_many_devices(tmp_path, processes, devices, sharded):
-    args = ARGS + [f"--sharded_sampling={str(sharded).lower()}"]
+def test_two_processes_of_two_devices_equal_one_process_of_four(tmp_path):
+    """With `sharded_sampling` (each device draws its own members). Two processes of one
+    device against one of two: `test_a_killed_process_ends_the_run_and_it_resumes`."""
+    processes, devices = 2, 2
+    args = ARGS + ["--sharded_sampling=true"]
     many = ok(launch(processes, devices, args + ["--run_dir=many"], tmp_path))
     ok(popeval(["evolve", *args, "--run_dir=one"], tmp_path, devices=processes * devices))
     a, b = tmp_path / "many", tmp_path / "one"
@@ -66,8 +68,9 @@ def test_processes_equal_one_process_with_as_many_devices(tmp_path, processes, d
 
 def test_a_killed_process_ends_the_run_and_it_resumes(tmp_path):
     """Process 1 is killed mid-run: process 0 fails within seconds with a message that says
-    how to resume, keeping its last checkpoint; the run resumes with two processes, then with
-    one, and the whole run equals an uninterrupted one."""
+    how to resume, keeping its last checkpoint; the run resumes with two processes of one
+    device, then with one process of two, and the whole run equals an uninterrupted run of
+    one process with two devices."""
     port = free_port()
     env = subprocess_env(JAX_NUM_CPU_DEVICES="1")
     common = [sys.executable, "-m", "popeval", "evolve", *LONG, "--run_dir=run",
@@ -96,13 +99,17 @@ def test_a_killed_process_ends_the_run_and_it_resumes(tmp_path):
 
     # Resumed by two processes up to generation 100 (process 1 never reads the run directory),
     # then by one process with two devices to the end.
-    ok(launch(2, 1, ["--resume=run", "--num_generations=100", "--quiet", "--wandb=disabled"], tmp_path))
+    two = ok(launch(2, 1, ["--resume=run", "--num_generations=100", "--quiet", "--wandb=disabled"], tmp_path))
     assert len(read_metrics(tmp_path / "run")) == 100
+    assert "2 device(s) in 2 processes (resumed at generation" in two.stderr and '"processes": 2' in two.stdout
+    others = (tmp_path / "logs" / "process-1.log").read_text()
+    assert "run " not in others and "{" not in others, others
     ok(popeval(["evolve", "--resume=run", "--quiet", "--wandb=disabled"], tmp_path, devices=2))
     ok(popeval(["evolve", *LONG, "--run_dir=whole"], tmp_path, devices=2))
     assert read_metrics(tmp_path / "run", timing=False) == read_metrics(tmp_path / "whole", timing=False)
-    a, b = tmp_path / "run" / "checkpoint.msgpack", tmp_path / "whole" / "checkpoint.msgpack"
-    assert a.read_bytes() == b.read_bytes()
+    a, b = tmp_path / "run", tmp_path / "whole"
+    assert (a / "checkpoint.msgpack").read_bytes() == (b / "checkpoint.msgpack").read_bytes()
+    assert sorted(p.name for p in a.iterdir()) == sorted(p.name for p in b.iterdir())
 
 
 def test_an_unreachable_coordinator_fails_in_bounded_time(tmp_path):
@@ -145,15 +152,11 @@ def test_the_launcher_stops_every_process_when_one_fails(tmp_path):
     assert proc.returncode == 2 and "runs `popeval evolve ...`" in proc.stderr
 
 
-def test_one_process_flags_run_as_a_plain_run(tmp_path):
-    ok(popeval(["evolve", *ARGS, "--run_dir=run", "--num_generations=1", "--num_processes=1", "--process_id=0",
-                f"--coordinator_address=127.0.0.1:{free_port()}"], tmp_path, devices=1))
-    assert len(read_metrics(tmp_path / "run")) == 1
-
-
-def test_initialize_outside_a_cluster_is_a_no_op(monkeypatch):
+def test_initialize_outside_a_cluster_or_with_one_process_is_a_no_op(monkeypatch):
     from popeval import distributed
 
+    assert distributed.initialize(f"127.0.0.1:{free_port()}", 1, 0) is None  # nothing to join
+    assert distributed._joined is None
     for var in ("SLURM_JOB_ID", "SLURM_PROCID", "OMPI_MCA_orte_hnp_uri"):
         monkeypatch.delenv(var, raising=False)
     assert distributed.initialize() is None

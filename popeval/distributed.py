@@ -115,8 +115,7 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
         raise
     _joined = key
     where = f"detected by {cluster}" if cluster else f"coordinator {coordinator_address}"
-    return (f"process {jax.process_index()} of {jax.process_count()} ({where}): "
-            f"{jax.local_device_count()} local and {jax.device_count()} global device(s)")
+    return f"process {jax.process_index()} of {jax.process_count()} ({where})"
 
 
 def finish() -> None:

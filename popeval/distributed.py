@@ -26,13 +26,9 @@ __all__ = ["initialize", "finish", "lost_peer", "process_index", "process_count"
 #: What `initialize` joined: (coordinator_address, num_processes, process_id), or None.
 _joined: tuple | None = None
 
-#: Environment variables by which a cluster scheduler says this process is one of several
-#: (the clusters `jax.distributed.initialize()` detects by itself).
-_CLUSTER_SIZE = {"slurm": "SLURM_NTASKS", "open mpi": "OMPI_COMM_WORLD_SIZE"}
-
-
 def _detected_cluster() -> str | None:
-    """The scheduler that started this process as one of several, or None."""
+    """The scheduler that started this process as one of several (one of the clusters
+    `jax.distributed.initialize()` detects by itself), or None."""
     if "SLURM_JOB_ID" in os.environ and "SLURM_PROCID" in os.environ and int(os.environ.get("SLURM_NTASKS", 1)) > 1:
         return "slurm"
     if "OMPI_MCA_orte_hnp_uri" in os.environ and int(os.environ.get("OMPI_COMM_WORLD_SIZE", 1)) > 1:

@@ -6,7 +6,7 @@ and the command line are the application layer that ties both together.)
 """
 
 from popeval.environments import make, registered_envs
-from popeval.policies import LSTMPolicy, MLPPolicy, ParamReshaper
+from popeval.policies import CNNPolicy, LSTMPolicy, MLPPolicy, ParamReshaper
 from popeval.rollout import FitnessResult, RolloutWrapper
 
 __version__ = "0.1.0"
@@ -24,6 +24,6 @@ def __getattr__(name):  # strategies are loaded on first use (evosax import is n
 
 
 __all__ = [
-    "make", "registered_envs", "RolloutWrapper", "FitnessResult", "MLPPolicy", "LSTMPolicy",
+    "make", "registered_envs", "RolloutWrapper", "FitnessResult", "MLPPolicy", "CNNPolicy", "LSTMPolicy",
     "ParamReshaper", "evolve", "EvolveConfig", "RunOptions", "openai_es", "cma_es", "make_strategy", "load_config",
 ]

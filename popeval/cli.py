@@ -67,6 +67,10 @@ def _parser(help_asked: bool = False) -> argparse.ArgumentParser:
     v.add_argument("--which", choices=["best", "mean"], default=None,
                    help="the policy (default: mean for distribution-based strategies, else best)")
     v.add_argument("--seed", type=int, default=12345)
+    x = sub.add_parser("export", help="a run's controller alone (mean and best policies, config, result, metrics)",
+                       parents=[common])
+    x.add_argument("run_dir")
+    x.add_argument("out_dir", help="a new (or empty) directory")
     sub.add_parser("launch", add_help=False,
                    help="run a command in N local processes (popeval launch --help)")
     sub.add_parser("list-envs", help="registered environment ids", parents=[common])
@@ -223,6 +227,13 @@ def _eval(args, extra) -> int:
     return 0
 
 
+def _export(args, extra) -> int:
+    from popeval.strategies.run_dir import export_policy
+
+    print(export_policy(args.run_dir, args.out_dir))
+    return 0
+
+
 def _list_envs(args, extra) -> int:
     from popeval.environments import registered_envs
 
@@ -249,4 +260,4 @@ def _render(args, extra) -> int:
     return 0
 
 
-_COMMANDS = {"evolve": _evolve, "eval": _eval, "list-envs": _list_envs, "bench": _bench, "render": _render}
+_COMMANDS = {"evolve": _evolve, "eval": _eval, "export": _export, "list-envs": _list_envs, "bench": _bench, "render": _render}

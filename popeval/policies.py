@@ -4,9 +4,16 @@
     params = policy.init_params(key, env, env_params)          # flax variables
     action = policy.apply(params, obs, key)                     # RolloutWrapper's model_forward
 
-`Discrete(n)` spaces get `n` logits and a greedy `argmax`; `Box` spaces get a `tanh` head
-scaled to the bounds. `LSTMPolicy` is recurrent: `apply(params, obs, carry, key)` returns
-`(action, carry)` and `initialize_carry()` gives the episode's first carry.
+`Discrete(n)` action spaces get `n` logits and a greedy `argmax`; `Box` spaces get a `tanh`
+head scaled to the bounds. With `head="sampled"` the action is drawn instead, from the step's
+policy key (so members playing the same episode keys still share their random numbers): a
+categorical over the logits, or a Gaussian around the `tanh` mean whose scale, in units of
+the bounds' half-width, is `action_std` (fixed) or a learned parameter (`action_std=None`).
+A `Discrete(n)` observation (a state index) is one-hot encoded.
+
+`MLPPolicy` is feed-forward, `CNNPolicy` convolves image observations (`(H, W, C)`, MinAtar)
+first. `LSTMPolicy` is recurrent: `apply(params, obs, carry, key)` returns `(action, carry)`
+and `initialize_carry()` gives the episode's first carry.
 
 ES works on flat vectors: `ParamReshaper` converts between a parameter pytree and a flat
 `(num_dims,)` vector (and between stacked pytrees and `(P, num_dims)` matrices).
@@ -23,7 +30,10 @@ from jax.flatten_util import ravel_pytree
 
 from popeval.environments import spaces
 
-__all__ = ["MLPPolicy", "LSTMPolicy", "ParamReshaper", "action_head"]
+__all__ = ["MLPPolicy", "CNNPolicy", "LSTMPolicy", "ParamReshaper", "action_head", "HEADS"]
+
+#: How an action is chosen from the network output.
+HEADS = ("greedy", "sampled")
 
 
 def _head_config(space: spaces.Space) -> tuple[int, bool, tuple[float, ...], tuple[float, ...]]:
@@ -35,25 +45,37 @@ def _head_config(space: spaces.Space) -> tuple[int, bool, tuple[float, ...], tup
     return len(low), False, low, high
 
 
-def action_head(x: jax.Array, discrete: bool, low: Sequence[float], high: Sequence[float]):
-    """Maps the network output to an action: argmax for discrete, tanh-scaled for boxes."""
+def action_head(x: jax.Array, discrete: bool, low: Sequence[float], high: Sequence[float],
+                key: jax.Array | None = None, std: jax.Array | None = None):
+    """Maps the network output to an action: argmax for discrete, tanh-scaled for boxes; with
+    a `key`, sampled: a categorical over the logits, or `std` (times the half-width) of
+    Gaussian noise around the box's tanh mean, clipped to the bounds."""
     if discrete:
+        if key is not None:
+            return jax.random.categorical(key, x).astype(jnp.int32)
         return jnp.argmax(x, axis=-1).astype(jnp.int32)
     low, high = jnp.asarray(low, jnp.float32), jnp.asarray(high, jnp.float32)
     finite = jnp.isfinite(low) & jnp.isfinite(high)
     # centre + half-width * tanh, not low + (tanh + 1) * ...: XLA folds `(t + 1) - 1` to `t`
     # in some programs and not in others, which broke the bit-exact fitness == trajectory
     # promise for Box([-1, 1]) actions. The clip guards against rounding past a bound.
-    scaled = jnp.clip((low + high) * 0.5 + (high - low) * 0.5 * jnp.tanh(x), low, high)
-    return jnp.where(finite, scaled, x)
+    mean = (low + high) * 0.5 + (high - low) * 0.5 * jnp.tanh(x)
+    if key is None:
+        return jnp.where(finite, jnp.clip(mean, low, high), x)
+    noise = std * jax.random.normal(key, x.shape)
+    return jnp.where(finite, jnp.clip(mean + (high - low) * 0.5 * noise, low, high), x + noise)
 
 
 class _ForEnv:
-    """Shared constructors from an environment."""
+    """Shared constructors from an environment, observation encoding and the action head."""
 
     @classmethod
     def for_env(cls, env: Any, env_params: Any = None, **kwargs: Any):
-        n, discrete, low, high = _head_config(env.action_space(env_params or env.default_params))
+        env_params = env.default_params if env_params is None else env_params
+        n, discrete, low, high = _head_config(env.action_space(env_params))
+        obs_space = env.observation_space(env_params)
+        if isinstance(obs_space, spaces.Discrete) and "obs_categories" not in kwargs:
+            kwargs["obs_categories"] = int(obs_space.n)
         return cls(num_outputs=n, discrete=discrete, low=low, high=high, **kwargs)
 
     def init_params(self, key: jax.Array, env: Any, env_params: Any = None):
@@ -66,6 +88,31 @@ class _ForEnv:
             return jax.jit(lambda k, o: self.init(k, o, self.initialize_carry(), k))(key, obs)
         return jax.jit(lambda k, o: self.init(k, o, k))(key, obs)
 
+    def _check(self):
+        if self.head not in HEADS:
+            raise ValueError(f"head must be one of {list(HEADS)}, got {self.head!r}")
+
+    def _encode(self, obs: jax.Array) -> jax.Array:
+        """The observation as a flat float vector (a state index one-hot)."""
+        if self.obs_categories:
+            return jax.nn.one_hot(jnp.ravel(obs), self.obs_categories, dtype=jnp.float32).ravel()
+        return jnp.ravel(obs).astype(jnp.float32)
+
+    def _act(self, x: jax.Array, key: jax.Array | None) -> jax.Array:
+        """The action head on the network output (called inside the compact `__call__`)."""
+        self._check()
+        if self.head == "greedy":
+            return action_head(x, self.discrete, self.low, self.high)
+        if key is None:
+            raise ValueError("a sampled head needs the step's key: apply(params, obs, key)")
+        std = None
+        if not self.discrete:
+            if self.action_std is None:
+                std = jnp.exp(self.param("log_std", nn.initializers.constant(jnp.log(0.5)), (self.num_outputs,)))
+            else:
+                std = jnp.full((self.num_outputs,), self.action_std, jnp.float32)
+        return action_head(x, self.discrete, self.low, self.high, key, std)
+
 
 class MLPPolicy(nn.Module, _ForEnv):
     """Feed-forward policy: flattened obs -> hidden tanh layers -> action head."""
@@ -76,15 +123,46 @@ class MLPPolicy(nn.Module, _ForEnv):
     high: tuple = ()
     hidden_sizes: Sequence[int] = (32, 32)
     activation: str = "tanh"
+    head: str = "greedy"  # or "sampled"
+    action_std: float | None = None  # a sampled Box head's scale (half-widths); None: learned
+    obs_categories: int = 0  # > 0: the observation is a state index, one-hot encoded
 
     @nn.compact
     def __call__(self, obs: jax.Array, key: jax.Array | None = None) -> jax.Array:
-        x = jnp.ravel(obs).astype(jnp.float32)
+        x = self._encode(obs)
         act = getattr(nn, self.activation)
         for size in self.hidden_sizes:
             x = act(nn.Dense(size)(x))
-        x = nn.Dense(self.num_outputs)(x)
-        return action_head(x, self.discrete, self.low, self.high)
+        return self._act(nn.Dense(self.num_outputs)(x), key)
+
+
+class CNNPolicy(nn.Module, _ForEnv):
+    """Convolutional policy for `(H, W, C)` image observations: 3x3 convolutions (valid
+    padding, stride 1) with ReLU -> flatten -> hidden layers -> action head."""
+
+    num_outputs: int
+    discrete: bool = True
+    low: tuple = ()
+    high: tuple = ()
+    conv_channels: Sequence[int] = (16,)
+    hidden_sizes: Sequence[int] = (32,)
+    activation: str = "relu"
+    head: str = "greedy"
+    action_std: float | None = None
+    obs_categories: int = 0
+
+    @nn.compact
+    def __call__(self, obs: jax.Array, key: jax.Array | None = None) -> jax.Array:
+        if obs.ndim != 3 or self.obs_categories:
+            raise ValueError(f"CNNPolicy needs (H, W, C) image observations, got shape {obs.shape}")
+        x = obs.astype(jnp.float32)
+        act = getattr(nn, self.activation)
+        for channels in self.conv_channels:
+            x = nn.relu(nn.Conv(channels, (3, 3), padding="VALID")(x))
+        x = jnp.ravel(x)
+        for size in self.hidden_sizes:
+            x = act(nn.Dense(size)(x))
+        return self._act(nn.Dense(self.num_outputs)(x), key)
 
 
 class LSTMPolicy(nn.Module, _ForEnv):
@@ -95,13 +173,15 @@ class LSTMPolicy(nn.Module, _ForEnv):
     low: tuple = ()
     high: tuple = ()
     hidden_size: int = 32
+    head: str = "greedy"
+    action_std: float | None = None
+    obs_categories: int = 0
 
     @nn.compact
     def __call__(self, obs: jax.Array, carry: Any, key: jax.Array | None = None):
-        x = nn.tanh(nn.Dense(self.hidden_size)(jnp.ravel(obs).astype(jnp.float32)))
+        x = nn.tanh(nn.Dense(self.hidden_size)(self._encode(obs)))
         carry, h = nn.OptimizedLSTMCell(self.hidden_size)(carry, x)
-        x = nn.Dense(self.num_outputs)(h)
-        return action_head(x, self.discrete, self.low, self.high), carry
+        return self._act(nn.Dense(self.num_outputs)(h), key), carry
 
     def initialize_carry(self) -> tuple[jax.Array, jax.Array]:
         zeros = jnp.zeros((self.hidden_size,), jnp.float32)

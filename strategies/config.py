@@ -16,12 +16,14 @@ import typing
 
 from popeval import typed_config
 from popeval.environments.registry import did_you_mean
+from popeval.policies import HEADS
 from popeval.typed_config import parse_overrides
 
 __all__ = ["EvolveConfig", "RunOptions", "load_config", "parse_overrides", "config_from_dict"]
 
 #: The MLP's hidden activations (`popeval.policies`).
 _ACTIVATIONS = ("tanh", "relu", "elu", "gelu", "sigmoid", "silu", "leaky_relu")
+POLICIES = ("mlp", "cnn", "lstm")
 
 #: Keys that configs saved by popeval 0.1 carry but that describe a run, not the experiment;
 #: loading a saved run ignores them.
@@ -35,9 +37,12 @@ class EvolveConfig:
     env_name: str = "CartPole-v1"
     env_kwargs: dict = dataclasses.field(default_factory=dict)
     num_env_steps: typing.Optional[int] = None
-    policy: str = "mlp"  # "mlp" | "lstm" (an LSTM has one hidden size: `hidden_sizes: [n]`)
+    policy: str = "mlp"  # "mlp" | "cnn" | "lstm" (an LSTM has one hidden size: `hidden_sizes: [n]`)
     hidden_sizes: tuple = (32, 32)
     activation: str = "tanh"
+    conv_channels: tuple = (16,)  # a CNN policy's 3x3 convolutions
+    head: str = "greedy"  # "greedy" | "sampled" (`popeval.policies`)
+    action_std: typing.Optional[float] = None  # a sampled Box head's scale (half-widths); null: learned
     strategy: str = "openai_es"
     strategy_kwargs: dict = dataclasses.field(default_factory=dict)
     fitness_shaping: str = "centered_rank"
@@ -71,8 +76,16 @@ class EvolveConfig:
             raise ValueError(f"pop_size must be >= 2, got {self.pop_size}")
         if self.num_rollouts < 1 or self.num_generations < 1:
             raise ValueError("num_rollouts and num_generations must be >= 1")
-        if self.policy not in ("mlp", "lstm"):
-            raise ValueError(f"policy must be 'mlp' or 'lstm', got {self.policy!r}")
+        if self.policy not in POLICIES:
+            raise ValueError(f"policy must be one of {list(POLICIES)}, got {self.policy!r}"
+                             + did_you_mean(self.policy, POLICIES))
+        if any(c < 1 for c in self.conv_channels) or not all(isinstance(c, int) and not isinstance(c, bool)
+                                                             for c in self.conv_channels):
+            raise ValueError(f"conv_channels must be positive integers, got {list(self.conv_channels)}")
+        if self.head not in HEADS:
+            raise ValueError(f"head must be one of {list(HEADS)}, got {self.head!r}" + did_you_mean(self.head, HEADS))
+        if self.action_std is not None and not self.action_std > 0:
+            raise ValueError(f"action_std must be > 0 or null (learned), got {self.action_std}")
         if self.policy == "lstm" and len(self.hidden_sizes) != 1:
             raise ValueError(f"an LSTM policy has one hidden size (hidden_sizes: [n]), got {list(self.hidden_sizes)}")
         if self.eval_every < 1 or self.checkpoint_every < 1 or self.eval_episodes < 1:
@@ -82,6 +95,7 @@ class EvolveConfig:
         """The JSON-able form saved as a run's `config.json`."""
         d = dataclasses.asdict(self)
         d["hidden_sizes"] = list(self.hidden_sizes)
+        d["conv_channels"] = list(self.conv_channels)
         return d
 
 
@@ -90,9 +104,13 @@ FIELD_HELP = {
     "env_name": "a registered environment id (popeval list-envs)",
     "env_kwargs": "environment constructor arguments or EnvParams fields, e.g. {max_steps_in_episode: 200}",
     "num_env_steps": "steps per episode (null: the environment's episode limit)",
-    "policy": "mlp or lstm",
-    "hidden_sizes": "hidden layer sizes of the MLP, or [n] for an LSTM of n units",
+    "policy": "mlp, cnn (3x3 convolutions on image observations, then an MLP) or lstm",
+    "hidden_sizes": "hidden layer sizes of the MLP (a CNN's after its convolutions), or [n] for an LSTM of n units",
     "activation": "the MLP's hidden activation (tanh, relu, elu, gelu, sigmoid, silu, leaky_relu)",
+    "conv_channels": "a CNN policy's 3x3 convolution channels, one entry per layer",
+    "head": ("greedy (argmax of logits; tanh to a Box's bounds) or sampled (categorical; Gaussian around the "
+             "tanh mean), drawn from the episode's policy keys"),
+    "action_std": "a sampled Box head's scale in half-widths of the bounds (null: a learned parameter)",
     "strategy": "an evosax algorithm or alias (openai_es, cma_es, snes, pgpe, simple_ga, ...)",
     "strategy_kwargs": "strategy settings, e.g. {learning_rate: 0.05, std_init: 0.1}",
     "fitness_shaping": "centered_rank, z_score or none",

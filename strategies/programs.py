@@ -24,7 +24,7 @@ from flax import struct
 from popeval import compiler, normalization, sharding
 from popeval import keys as keys_lib
 from popeval.environments import make
-from popeval.policies import LSTMPolicy, MLPPolicy
+from popeval.policies import CNNPolicy, LSTMPolicy, MLPPolicy
 from popeval.rollout import RolloutWrapper
 
 from .config import EvolveConfig
@@ -56,13 +56,20 @@ class Run(NamedTuple):
 def build(config: EvolveConfig) -> Run:
     """Environment, policy, rollout manager and strategy for a config (nothing is compiled)."""
     env, env_params = make(config.env_name, **config.env_kwargs)
+    head = {"head": config.head, "action_std": config.action_std}
+    init_carry = None
     if config.policy == "lstm":
-        policy = LSTMPolicy.for_env(env, env_params, hidden_size=config.hidden_sizes[0])
+        policy = LSTMPolicy.for_env(env, env_params, hidden_size=config.hidden_sizes[0], **head)
         init_carry = policy.initialize_carry()
+    elif config.policy == "cnn":
+        shape = env.observation_space(env_params).shape
+        if len(shape) != 3:
+            raise ValueError(f"policy: cnn needs (H, W, C) image observations; {config.env_name}'s are {shape}")
+        policy = CNNPolicy.for_env(env, env_params, conv_channels=config.conv_channels,
+                                   hidden_sizes=config.hidden_sizes, activation=config.activation, **head)
     else:
         policy = MLPPolicy.for_env(env, env_params, hidden_sizes=config.hidden_sizes,
-                                   activation=config.activation)
-        init_carry = None
+                                   activation=config.activation, **head)
     manager = RolloutWrapper(
         policy.apply, env=env, env_params=env_params, num_env_steps=config.num_env_steps,
         init_carry=init_carry, common_random_numbers=config.common_random_numbers,

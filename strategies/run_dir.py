@@ -8,6 +8,10 @@
     RUN/result.json         the summary, written when the run ends
     RUN/wandb/              W&B's files (offline runs: RUN/wandb/offline-run-*)
     RUN/.lock               held by the process running the run (see `Lock`)
+
+An exported controller (`export_policy`, `popeval export RUN OUT`) is the same layout with
+the policies alone in the checkpoint: the mean and best parameters and the observation
+statistics, not the strategy's state (a GA's population, CMA-ES's covariance).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -26,10 +31,11 @@ from .config import LEGACY_RUN_KEYS, EvolveConfig, RunOptions, config_from_dict,
 from .programs import Run, build, init_state
 
 __all__ = ["CONFIG", "RESULT", "Lock", "Prepared", "prepare", "open_run", "read_config", "clean_result", "write_result",
-           "read_result", "load_policy", "open_shared", "complete", "EVAL_OVERRIDES"]
+           "read_result", "load_policy", "export_policy", "open_shared", "complete", "EVAL_OVERRIDES"]
 
 CONFIG = "config.json"
 RESULT = "result.json"
+POLICIES = "policies"  # checkpoint.json's "kind" of an exported controller
 
 #: Experiment keys a resumed run may change (extending the budget changes no result so far).
 RESUME_OVERRIDES = ("num_generations",)
@@ -184,9 +190,40 @@ def load_policy(run_dir: str | os.PathLike, which: str | None = None, overrides:
                          f"only {list(EVAL_OVERRIDES)} may change")
     config = read_config(run_dir, changes)
     run = build(config)
-    state, _ = checkpoint.load(run_dir, init_state(run, config))
+    state = init_state(run, config)
+    if checkpoint.load_meta(run_dir).get("kind") == POLICIES:
+        saved, _ = checkpoint.load(run_dir, _policies(state, state.best_params))
+        return SavedPolicy(run, saved[which], saved["obs_stats"], which)
+    state, _ = checkpoint.load(run_dir, state)
     params = state.best_params if which == "best" else run.strategy.mean(state.strategy)
     return SavedPolicy(run, params, state.obs_stats, which)
+
+
+def _policies(state: Any, mean: Any) -> dict:
+    return {"mean": mean, "best": state.best_params, "obs_stats": state.obs_stats}
+
+
+def export_policy(run_dir: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
+    """Writes the run's controller to a new directory `out_dir`: its config, result, metrics
+    and a checkpoint of the mean and best policies only, which `load_policy`, `popeval eval`
+    and `popeval render` read like the run itself."""
+    run_dir, out = Path(run_dir), Path(out_dir)
+    if not (run_dir / CONFIG).is_file() or not checkpoint.exists(run_dir):
+        raise FileNotFoundError(f"{run_dir}: not a popeval run directory (config.json and a checkpoint)")
+    if out.exists() and any(out.iterdir()):
+        raise FileExistsError(f"{out}: exists and is not empty")
+    config = read_config(run_dir)
+    run = build(config)
+    state, meta = checkpoint.load(run_dir, init_state(run, config))
+    if meta.get("kind") == POLICIES:
+        raise ValueError(f"{run_dir}: already an exported controller")
+    out.mkdir(parents=True, exist_ok=True)
+    checkpoint.save(out, _policies(state, run.strategy.mean(state.strategy)),
+                    {k: meta[k] for k in checkpoint.PROGRESS} | {"kind": POLICIES})
+    for name in (CONFIG, RESULT, "metrics.csv"):
+        if (run_dir / name).is_file():
+            shutil.copyfile(run_dir / name, out / name)
+    return out
 
 
 def open_shared(config: EvolveConfig | None, options: RunOptions, primary: bool) -> dict:

@@ -1,7 +1,8 @@
-"""The shipped controllers (`experiments/controllers/<game>/`): each loads with `popeval eval`'s
-loader and reproduces the returns its run recorded in `result.json` (the run's final
-64-episode evaluation, same episode keys), and `popeval eval` evaluates one without the
-training episode cap.
+"""The controller zoo (`experiments/controllers/<config>/`): one per registered environment,
+each loads with `popeval eval`'s loader and reproduces the returns its run recorded in
+`result.json` (the run's final 64-episode evaluation, same episode keys); `popeval export`
+writes one; `popeval eval` evaluates one without the training episode cap; the zoo's table
+and figure script reads them.
 """
 
 from __future__ import annotations
@@ -12,38 +13,86 @@ import sys
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from popeval import keys
-from popeval.strategies import load_policy
+from popeval import keys, registered_envs
+from popeval.strategies import load_config, load_policy
 from popeval.strategies.run_dir import read_config
 
 REPO = Path(__file__).resolve().parents[1]
-CONTROLLERS = sorted(p for p in (REPO / "experiments" / "controllers").iterdir() if p.is_dir())
+CONTROLLERS = sorted(p for p in (REPO / "experiments" / "controllers").iterdir() if (p / "config.json").is_file())
 
 
-def test_every_minatar_game_ships_a_controller():
-    names = {p.name for p in CONTROLLERS}
-    assert {"breakout_minatar", "asterix_minatar", "freeway_minatar", "space_invaders_minatar",
-            "seaquest_minatar"} <= names
+def test_every_environment_ships_a_controller_from_its_config():
+    envs = {read_config(p).env_name for p in CONTROLLERS}
+    assert set(registered_envs) <= envs, sorted(set(registered_envs) - envs)
     for path in CONTROLLERS:
+        assert (REPO / "experiments" / "configs" / f"{path.name}.yaml").is_file(), path.name
+        assert load_config(REPO / "experiments" / "configs" / f"{path.name}.yaml") == read_config(path), path.name
+        assert {"config.json", "result.json", "metrics.csv", "checkpoint.msgpack"} <= {f.name for f in path.iterdir()}
         assert sum(f.stat().st_size for f in path.iterdir()) < 1_000_000, path
 
 
 @pytest.mark.parametrize("path", CONTROLLERS, ids=[p.name for p in CONTROLLERS])
 def test_shipped_controller_reproduces_its_recorded_returns(path):
     recorded = json.loads((path / "result.json").read_text())
-    for which, key in (("mean", "mean_policy_return"), ("best", "best_policy_return")):
-        run, params, obs_stats, _ = load_policy(path, which)
-        config = read_config(path)
-        # The episodes of the run's own final evaluation.
-        episodes = keys.evaluation_keys(config.seed, keys.FINAL_EVALUATION, config.eval_episodes)[None]
-        returns = run.manager.population_fitness(episodes, jax.tree.map(lambda x: x[None], params),
-                                                 obs_stats=obs_stats).returns
+    (run, mean, obs_stats, _), best = load_policy(path, "mean"), load_policy(path, "best").params
+    config = read_config(path)
+    # The run's own final evaluation: the same episodes, mean and best as rows 0 and 1.
+    episodes = jnp.broadcast_to(keys.evaluation_keys(config.seed, keys.FINAL_EVALUATION, config.eval_episodes),
+                                (2, config.eval_episodes))
+    both = jax.tree.map(lambda m, b: jnp.stack([m, b]), mean, best)
+    returns = np.mean(run.manager.population_fitness(episodes, both, obs_stats=obs_stats).returns, axis=1)
+    for got, key in zip(returns, ("mean_policy_return", "best_policy_return")):
         # The same program on the same kind of CPU gives the same episodes; allow for another
         # CPU's rounding (a diverging episode or two of the 64).
-        assert abs(float(np.mean(returns)) - recorded[key]) <= 0.05 * abs(recorded[key]) + 0.1, (which, key)
+        assert abs(float(got) - recorded[key]) <= 0.05 * abs(recorded[key]) + 0.1, (key, float(got), recorded[key])
+
+
+def test_export_keeps_the_policies_and_drops_the_strategy_state(tmp_path):
+    """A run exported with `popeval export` evaluates like the run; a GA's population stays behind."""
+    from popeval.strategies import EvolveConfig, RunOptions, evolve
+
+    config = EvolveConfig(env_name="Catch-bsuite", strategy="simple_ga", pop_size=64, num_rollouts=2,
+                          num_generations=3, hidden_sizes=(8,), eval_every=3, eval_episodes=8)
+    evolve(config, RunOptions(run_dir=str(tmp_path / "run"), wandb="disabled", progress=False))
+    out = tmp_path / "controller"
+    cli = [sys.executable, "-m", "popeval", "export", str(tmp_path / "run"), str(out)]
+    env = {"POPEVAL_CACHE_DIR": "", "JAX_PLATFORMS": "cpu", "PATH": ""}
+    done = subprocess.run(cli, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert (out / "checkpoint.msgpack").stat().st_size * 10 < (tmp_path / "run" / "checkpoint.msgpack").stat().st_size
+    for which in ("mean", "best"):
+        a, b = load_policy(tmp_path / "run", which), load_policy(out, which)
+        jax.tree.map(np.testing.assert_array_equal, a.params, b.params)
+    again = subprocess.run(cli, capture_output=True, text=True, env=env, timeout=600)
+    assert again.returncode != 0 and "not empty" in again.stderr
+    twice = subprocess.run(cli[:-1] + [str(tmp_path / "other")], capture_output=True, text=True, env=env, timeout=600)
+    assert twice.returncode == 0
+    third = subprocess.run(cli[:-2] + [str(out), str(tmp_path / "third")], capture_output=True, text=True, env=env,
+                           timeout=600)
+    assert third.returncode != 0 and "already an exported controller" in third.stderr
+
+
+def test_zoo_table_and_figure(tmp_path):
+    sys.path.insert(0, str(REPO / "experiments"))
+    try:
+        import zoo
+    finally:
+        sys.path.pop(0)
+    rows = zoo.rows()
+    assert len(rows) == len(CONTROLLERS) and all(r["verdict"] in ("beaten", "met", "missed", "-") for r in rows)
+    cartpole = next(r for r in rows if r["env"] == "CartPole-v1")
+    assert cartpole["target"] == 500.0 and "gymnax-blines" in cartpole["source"] and cartpole["verdict"] == "met"
+    assert all(r["target"] is not None and r["source"] for r in rows), [r["env"] for r in rows if not r["source"]]
+    table = zoo.table()
+    assert table.count("\n") == len(CONTROLLERS) + 1 and "CartPole-v1" in table
+    assert zoo.verdict(-120.0, -130.0) == "beaten" and zoo.verdict(-131.0, -130.0) == "met"
+    assert zoo.verdict(0.5, 1.0) == "missed" and zoo.verdict(1.0, None) == "-"
+    out = zoo.figure(tmp_path / "curves.png")
+    assert out.stat().st_size > 10_000
 
 
 def test_eval_cli_lifts_the_training_cap_and_refuses_other_overrides(tmp_path):

@@ -212,11 +212,11 @@ def export_policy(run_dir: str | os.PathLike, out_dir: str | os.PathLike) -> Pat
         raise FileNotFoundError(f"{run_dir}: not a popeval run directory (config.json and a checkpoint)")
     if out.exists() and any(out.iterdir()):
         raise FileExistsError(f"{out}: exists and is not empty")
+    if checkpoint.load_meta(run_dir).get("kind") == POLICIES:
+        raise ValueError(f"{run_dir}: already an exported controller")
     config = read_config(run_dir)
     run = build(config)
     state, meta = checkpoint.load(run_dir, init_state(run, config))
-    if meta.get("kind") == POLICIES:
-        raise ValueError(f"{run_dir}: already an exported controller")
     out.mkdir(parents=True, exist_ok=True)
     checkpoint.save(out, _policies(state, run.strategy.mean(state.strategy)),
                     {k: meta[k] for k in checkpoint.PROGRESS} | {"kind": POLICIES})

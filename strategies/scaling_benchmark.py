@@ -1,7 +1,7 @@
 """Scaling of the evolve loop: time per generation over processes and devices, the bytes a
 generation communicates, and per-device memory with and without `sharded_sampling`.
 
-    python experiments/benchmark.py scaling [--quick] [--configs cartpole pendulum] [--layouts 1x1 2x1 4x1 1x2 1x4]
+    python experiments/benchmark.py scaling [--quick] [--configs cartpole pendulum_cma_es] [--layouts 1x1 2x1 4x1 1x2 1x4]
 
 Every layout is a fresh `popeval launch` (or one `popeval evolve`) of a shipped config for a
 few generations; a generation's time is the median of `metrics.csv`'s `time/elapsed`
@@ -140,7 +140,7 @@ def run_case(config: dict, devices: int, generations: int, work: Path) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="benchmark.py scaling", description=__doc__.split("\n\n")[0])
-    p.add_argument("--configs", nargs="*", default=["cartpole", "pendulum"],
+    p.add_argument("--configs", nargs="*", default=["cartpole", "pendulum_cma_es"],
                    help="experiments/configs/<name>.yaml (none: the memory rows only)")
     p.add_argument("--layouts", nargs="+", default=list(LAYOUTS), help="PROCESSESxDEVICES each (default: %(default)s)")
     p.add_argument("--generations", type=int, default=12)

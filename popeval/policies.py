@@ -88,10 +88,6 @@ class _ForEnv:
             return jax.jit(lambda k, o: self.init(k, o, self.initialize_carry(), k))(key, obs)
         return jax.jit(lambda k, o: self.init(k, o, k))(key, obs)
 
-    def _check(self):
-        if self.head not in HEADS:
-            raise ValueError(f"head must be one of {list(HEADS)}, got {self.head!r}")
-
     def _encode(self, obs: jax.Array) -> jax.Array:
         """The observation as a flat float vector (a state index one-hot)."""
         if self.obs_categories:
@@ -100,7 +96,8 @@ class _ForEnv:
 
     def _act(self, x: jax.Array, key: jax.Array | None) -> jax.Array:
         """The action head on the network output (called inside the compact `__call__`)."""
-        self._check()
+        if self.head not in HEADS:
+            raise ValueError(f"head must be one of {list(HEADS)}, got {self.head!r}")
         if self.head == "greedy":
             return action_head(x, self.discrete, self.low, self.high)
         if key is None:

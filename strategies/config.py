@@ -64,9 +64,10 @@ class EvolveConfig:
         typed_config.check_types(self)  # the Python API checks what YAML and the CLI check
         if not -(2**31) <= self.seed < 2**31:
             raise ValueError(f"seed must fit in int32 ([-2**31, 2**31)), got {self.seed}")
-        if any(h < 1 for h in self.hidden_sizes) or not all(isinstance(h, int) and not isinstance(h, bool)
-                                                             for h in self.hidden_sizes):
-            raise ValueError(f"hidden_sizes must be positive integers, got {list(self.hidden_sizes)}")
+        for name in ("hidden_sizes", "conv_channels"):
+            sizes = getattr(self, name)
+            if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in sizes):
+                raise ValueError(f"{name} must be positive integers, got {list(sizes)}")
         if self.activation not in _ACTIVATIONS:
             raise ValueError(f"activation must be one of {list(_ACTIVATIONS)}, got {self.activation!r}"
                              + did_you_mean(self.activation, _ACTIVATIONS))
@@ -79,9 +80,6 @@ class EvolveConfig:
         if self.policy not in POLICIES:
             raise ValueError(f"policy must be one of {list(POLICIES)}, got {self.policy!r}"
                              + did_you_mean(self.policy, POLICIES))
-        if any(c < 1 for c in self.conv_channels) or not all(isinstance(c, int) and not isinstance(c, bool)
-                                                             for c in self.conv_channels):
-            raise ValueError(f"conv_channels must be positive integers, got {list(self.conv_channels)}")
         if self.head not in HEADS:
             raise ValueError(f"head must be one of {list(HEADS)}, got {self.head!r}" + did_you_mean(self.head, HEADS))
         if self.action_std is not None and not self.action_std > 0:

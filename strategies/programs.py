@@ -62,9 +62,6 @@ def build(config: EvolveConfig) -> Run:
         policy = LSTMPolicy.for_env(env, env_params, hidden_size=config.hidden_sizes[0], **head)
         init_carry = policy.initialize_carry()
     elif config.policy == "cnn":
-        shape = env.observation_space(env_params).shape
-        if len(shape) != 3:
-            raise ValueError(f"policy: cnn needs (H, W, C) image observations; {config.env_name}'s are {shape}")
         policy = CNNPolicy.for_env(env, env_params, conv_channels=config.conv_channels,
                                    hidden_sizes=config.hidden_sizes, activation=config.activation, **head)
     else:

@@ -1,8 +1,9 @@
 """How the `(P, [M,] B)` episodes of a population are laid out for XLA.
 
 Members run in **chunks** of a fixed shape: `C` members with all their episodes, `C` chosen
-from the episodes per member alone (`chunk_members`: about `CHUNK_EPISODES` episodes per
-chunk), never from `P` or the device count. Inside a chunk, nested `vmap`s over members,
+from the episodes per member (`chunk_members`: about `CHUNK_EPISODES` episodes per chunk) and,
+for a population smaller than that, the power of two that holds its members (on this device),
+so a small population or an evaluation of two policies is not padded to a full chunk. Inside a chunk, nested `vmap`s over members,
 env-param sets and episodes (`over_episodes`) let a member's episodes share its parameters:
 its policy runs as one batched matmul per layer, and no parameters are copied per episode.
 The population is padded to a multiple of `C` (padding members are finished from the start).
@@ -58,15 +59,21 @@ def episode_keys(keys, env_params, meta: bool):
     return jnp.broadcast_to(keys[:, None], (keys.shape[0], m) + keys.shape[1:])
 
 
-def chunk_members(episodes_per_member: int) -> int:
-    """Members per chunk for members with `episodes_per_member` episodes (`M x B`)."""
-    return max(1, CHUNK_EPISODES // episodes_per_member)
+def chunk_members(episodes_per_member: int, num_members: int | None = None) -> int:
+    """Members per chunk for `num_members` members with `episodes_per_member` episodes
+    (`M x B`) each: `CHUNK_EPISODES // episodes_per_member`, or, for a smaller population,
+    the power of two that holds it (so a small population is not padded to a full chunk,
+    and population sizes share few chunk shapes)."""
+    size = max(1, CHUNK_EPISODES // episodes_per_member)
+    if num_members is not None and num_members < size:
+        size = 1 << max(0, num_members - 1).bit_length()
+    return size
 
 
 def _chunked(keys, pop_params):
     """`(C, num_chunks, keys, pop_params)`, both padded to `num_chunks * C` members."""
     num_members = keys.shape[0]
-    size = chunk_members(keys[0].size)
+    size = chunk_members(keys[0].size, num_members)
     num_chunks = -(-num_members // size)
     pad = num_chunks * size - num_members
     if pad:

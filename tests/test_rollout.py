@@ -243,13 +243,27 @@ def test_fitness_equals_trajectory_on_every_env(env_id, kind, compaction):
         assert not np.all(action == action[:1, :1]), f"{env_id}: random actions are all identical"
 
 
+def test_small_populations_run_in_small_chunks():
+    """Fewer members than a full chunk run in the power of two that holds them, so a small
+    population (or an evaluation of two policies) is not padded to ~512 episodes."""
+    assert [layouts.chunk_members(2, n) for n in (1, 2, 3, 10, 64, 65, 256, 1000)] == [1, 2, 4, 16, 64, 128, 256, 256]
+    assert layouts.chunk_members(64, 2) == 2 and layouts.chunk_members(1024, 5) == 1
+    env, params = make("CartPole-v1")
+    policy, pop = mlp_population(env, params, 10, seed=2, hidden_sizes=(8,))
+    w = RolloutWrapper(policy.apply, env_name="CartPole-v1", devices=1)
+    keys = jax.random.split(jax.random.key(4), 3)
+    fit, traj = both(w, keys, pop)
+    assert fit.returns.shape == (10, 3)
+    assert_fitness_matches_rollout(fit, traj, "CartPole P=10 B=3")
+
+
 def test_compaction_cartpole():
     """P=200, B=8: four chunks of 64 members (the last padded), compacted as members finish;
     fitness == trajectory == the fitness path without compaction, to the bit."""
     env, params = make("CartPole-v1")
     policy, pop = mlp_population(env, params, 200, seed=7, hidden_sizes=(16,))
     w = RolloutWrapper(policy.apply, env_name="CartPole-v1", devices=1)
-    assert layouts.chunk_members(8) == 64
+    assert layouts.chunk_members(8) == 64 == layouts.chunk_members(8, 200)
     keys = jax.random.split(jax.random.key(11), 8)
     fit, traj = both(w, keys, pop)
     assert fit.returns.shape == (200, 8)

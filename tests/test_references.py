@@ -1,0 +1,59 @@
+"""`experiments/references.py` reproduces the references the zoo configs derive themselves.
+
+The cheap ones run at the config's episode count and must give the config's `# Reference:`
+value to its printed digits (the episodes' keys are fixed, so the figure is deterministic).
+The MinAtar players run on a few episodes only (the full figures take minutes:
+`python experiments/references.py`) and must play far above random.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "experiments"))
+try:
+    import references
+    import zoo
+finally:
+    sys.path.pop(0)
+
+CHEAP = ("bernoulli_bandit", "gaussian_bandit", "frozen_lake", "mnist_bandit", "pong", "reacher", "swimmer")
+
+
+def test_every_derived_reference_has_a_config():
+    for name in references.REFERENCES:
+        value, source = zoo.reference(name)
+        assert value is not None and "derived above" in source, name
+    assert set(CHEAP) < set(references.REFERENCES)
+
+
+@pytest.mark.parametrize("name", CHEAP)
+def test_reference_reproduces_its_config_line(name):
+    (player, value, sem), = references.measure(name, others=False)
+    target, _ = zoo.reference(name)
+    text = next(line for line in (REPO / "experiments" / "configs" / f"{name}.yaml").read_text().splitlines()
+                if line.startswith("# Reference:"))
+    digits = len(text.split()[2].split(".")[1]) if "." in text.split()[2] else 0
+    assert abs(value - target) <= 0.5 * 10.0**-digits + 1e-9, f"{name}: {player} {value} vs the config's {target}"
+
+
+@pytest.mark.parametrize("name, floor", [("freeway_minatar", 60.0), ("space_invaders_minatar", 20.0),
+                                         ("seaquest_minatar", 1.5)])
+def test_minatar_players_beat_random_play(name, floor):
+    """Random play earns 0.45 (Freeway), 3.9 (SpaceInvaders) and 0.09 (Seaquest)."""
+    (player, value, _), = references.measure(name, episodes=8, others=False)
+    assert value >= floor, f"{name}: {player} {value}"
+
+
+def test_cli(capsys):
+    references.main(["mnist_bandit", "--episodes", "32"])
+    out = capsys.readouterr().out
+    assert "mnist_bandit: reference 0.97 in the config" in out and "logistic regression" in out
+    for bad in (["nope"], ["pong", "--episodes", "0"]):
+        with pytest.raises(SystemExit):
+            references.main(bad)
+    assert "no derived reference for nope" in capsys.readouterr().err

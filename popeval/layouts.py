@@ -3,9 +3,10 @@
 Members run in **chunks** of a fixed shape: `C` members with all their episodes, `C` chosen
 from the episodes per member (`chunk_members`: about `CHUNK_EPISODES` episodes per chunk) and,
 for a population smaller than that, the power of two that holds its members (on this device),
-so a small population or an evaluation of two policies is not padded to a full chunk. Inside a chunk, nested `vmap`s over members,
-env-param sets and episodes (`over_episodes`) let a member's episodes share its parameters:
-its policy runs as one batched matmul per layer, and no parameters are copied per episode.
+so a small population or an evaluation of two policies is not padded to a full chunk.
+Inside a chunk, nested `vmap`s over members, env-param sets and episodes (`over_episodes`)
+let a member's episodes share its parameters: its policy runs as one batched matmul per
+layer, and no parameters are copied per episode.
 The population is padded to a multiple of `C` (padding members are finished from the start).
 
 Every step of every episode is computed by the same code on the same shapes, so an episode's

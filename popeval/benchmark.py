@@ -48,21 +48,23 @@ COLUMNS = {  # what the result rows' numbers are
     "env_steps": "steps before done (fused limit: all P*B*T steps)", "steps_per_s": "env_steps / time_s",
     "min_length": "shortest episode (steps before done)", "mem_bytes": "XLA temp + output buffer bytes, all devices",
     "live_over_limit": "steps_per_s / the fused limit's steps_per_s at the same device count (popeval rows)",
-    "speedup_vs_gymnax_best": "gymnax best case time_s / time_s"}
+    "speedup_vs_gymnax_best": "gymnax best case time_s / time_s",
+    "speedup_vs_gymnax_same_options": "gymnax best, popeval opts time_s / time_s (None: no such row)"}
 _CHILD = "POPEVAL_BENCH_DEVICES"  # set in a device-count subprocess: the count it must have
 MB = 2**20
 
 
-def measure(fn: Callable, args: tuple, repeats: int, max_mem_bytes: float, devices: int = 1) -> tuple[dict, Any]:
-    """Compiles `fn(*args)` (a program on `devices` devices) ahead of time, warms up, and times
-    `repeats` calls.
+def measure(fn: Callable, args: tuple, repeats: int, max_mem_bytes: float, devices: int = 1,
+            options: dict | None = None) -> tuple[dict, Any]:
+    """Compiles `fn(*args)` (a program on `devices` devices, XLA compiler `options`) ahead of
+    time, warms up, and times `repeats` calls.
 
     A program whose XLA temp + output buffers exceed `max_mem_bytes` is compiled but not
     run (`time_s` None): on a shared machine it could take the memory of other processes. A
     warm-up call over `SLOW_CALL_S` seconds is the program's one timing.
     """
     t0 = time.perf_counter()
-    compiled = jax.jit(fn).lower(*args).compile()
+    compiled = jax.jit(fn).lower(*args).compile(options)
     compile_s = time.perf_counter() - t0
     mem_bytes = bp.xla_bytes(compiled, devices)
     if mem_bytes is not None and mem_bytes > max_mem_bytes:
@@ -87,7 +89,8 @@ def bench_workload(workload: str, num_steps: int | None, pop_size: int, num_roll
     keys = jax.random.split(jax.random.key(1), num_rollouts)
     rows = []
     for impl, prog in bp.programs(pop, keys, impls).items():
-        stats, out = measure(prog.fn, (keys, pop.pop_params, pop.env_params), repeats, max_mem_bytes, prog.devices)
+        stats, out = measure(prog.fn, (keys, pop.pop_params, pop.env_params), repeats, max_mem_bytes, prog.devices,
+                             prog.options)
         lengths = None if out is None else prog.lengths(out)
         del out
         steps = None if lengths is None else (
@@ -106,15 +109,20 @@ def bench_workload(workload: str, num_steps: int | None, pop_size: int, num_roll
 
 
 def add_ratios(rows: list[dict]) -> list[dict]:
-    """Sets `speedup_vs_gymnax_best` (gymnax best case time / time, per workload and P) and, on
-    popeval's rows, `live_over_limit` (steps/s / the fused limit's steps/s at the same device
+    """Sets `speedup_vs_gymnax_best` (gymnax best case time / time, per workload and P),
+    `speedup_vs_gymnax_same_options` (the same with gymnax compiled with popeval's options) and,
+    on popeval's rows, `live_over_limit` (steps/s / the fused limit's steps/s at the same device
     count); returns the rows sorted by workload, P, impl and devices."""
-    best = {(r["workload"], r["pop_size"]): r["time_s"] for r in rows if r["impl"] == "gymnax best case"}
+    def times(impl):
+        return {(r["workload"], r["pop_size"]): r["time_s"] for r in rows if r["impl"] == impl}
+
+    best, same = times("gymnax best case"), times("gymnax best, popeval opts")
     limit = {(r["workload"], r["pop_size"], r["devices"]): r["steps_per_s"] for r in rows
              if r["impl"] == "fused limit"}
     for r in rows:
-        anchor = best.get((r["workload"], r["pop_size"]))
-        r["speedup_vs_gymnax_best"] = None if anchor is None or r["time_s"] is None else anchor / r["time_s"]
+        for key, anchors in (("speedup_vs_gymnax_best", best), ("speedup_vs_gymnax_same_options", same)):
+            anchor = anchors.get((r["workload"], r["pop_size"]))
+            r[key] = None if anchor is None or r["time_s"] is None else anchor / r["time_s"]
         fused = limit.get((r["workload"], r["pop_size"], r["devices"]))
         live = r["impl"].startswith("popeval") and fused and r["steps_per_s"] is not None
         r["live_over_limit"] = r["steps_per_s"] / fused if live else None
@@ -143,8 +151,9 @@ def device_rows(devices: int, workloads: list[str], argv: list[str]) -> list[dic
 
 def format_table(rows: list[dict]) -> str:
     """The rows as a text table, with notes on the columns."""
-    header = (f"{'workload':<20} {'P':>5} {'T':>5} {'dev':>3} {'impl':<21} {'time s':>8} {'compile s':>9} "
-              f"{'steps/s':>9} {'live/limit':>10} {'x gymnax best':>13} {'mem MB':>8} {'min len':>7}")
+    header = (f"{'workload':<20} {'P':>5} {'T':>5} {'dev':>3} {'impl':<25} {'time s':>8} {'compile s':>9} "
+              f"{'steps/s':>9} {'live/limit':>10} {'x gymnax best':>13} {'x same opts':>11} {'mem MB':>8} "
+              f"{'min len':>7}")
     lines = [header, "-" * len(header)]
 
     def fmt(x, spec):
@@ -155,11 +164,13 @@ def format_table(rows: list[dict]) -> str:
                   f"{r['time_s']:>8.4f} {r['compile_s']:>9.1f} {r['steps_per_s']:>9.3g}")
         mem = None if r["mem_bytes"] is None else r["mem_bytes"] / MB
         lines.append(f"{r['workload']:<20} {r['pop_size']:>5} {r['num_env_steps']:>5} {r['devices']:>3} "
-                     f"{r['impl']:<21} {timing} {fmt(r['live_over_limit'], '.2f'):>10} "
-                     f"{fmt(r['speedup_vs_gymnax_best'], '.2f'):>13} {fmt(mem, '.1f'):>8} "
+                     f"{r['impl']:<25} {timing} {fmt(r['live_over_limit'], '.2f'):>10} "
+                     f"{fmt(r['speedup_vs_gymnax_best'], '.2f'):>13} "
+                     f"{fmt(r['speedup_vs_gymnax_same_options'], '.2f'):>11} {fmt(mem, '.1f'):>8} "
                      f"{fmt(r['min_length'], 'd'):>7}")
     lines.append("steps/s: steps before done per second (fused limit: all P*B*T steps). live/limit: steps/s "
-                 "over the fused limit's at the same device count. x gymnax best: gymnax best case time / time. "
+                 "over the fused limit's at the same device count. x gymnax best: gymnax best case time / time. x same "
+                 "opts: gymnax best case compiled with popeval's XLA options (popeval.compiler) time / time. "
                  "mem MB: XLA temp + output buffers, all devices (not RSS). min len: shortest episode. not run "
                  "(memory): compiled only, its buffers exceed --max-mem-mb.")
     return "\n".join(lines)

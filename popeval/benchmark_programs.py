@@ -10,7 +10,10 @@ Every program is a function of `(keys (B,), pop_params, env_params)`:
   `compaction=False`, over all local devices (the wrapper's default);
 - `fused limit` (`fused_limit`): the machine's limit for the same work, over all local devices;
 - `gymnax best case`: gymnax's population rollout returning only `cum_return`, what an ES
-  loop compiles (XLA drops the trajectories); `gymnax trajectories`: the full output;
+  loop compiles (XLA drops the trajectories), with XLA's default options; `gymnax best,
+  popeval opts`: the same program compiled with popeval's options (`popeval.compiler`, as
+  popeval's rows and the fused limit are; only where they differ from XLA's defaults);
+  `gymnax trajectories`: the full output;
   `evosax GymnaxProblem`: `GymnaxProblem.eval` (both optional: `pip install popeval[bench]`).
 
 Workloads: an environment id with a fresh population (random initial parameters), or
@@ -28,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from popeval import compiler
 from popeval import keys as keys_lib
 from popeval import sharding
 from popeval.environments import make
@@ -42,7 +46,7 @@ HIDDEN = (32, 32)
 #: The workload name of the trained CartPole population.
 TRAINED = "CartPole-v1 trained"
 IMPLS = ("popeval trajectory", "popeval fitness", "popeval fitness nc", "fused limit", "gymnax best case",
-         "gymnax trajectories", "evosax GymnaxProblem")
+         "gymnax best, popeval opts", "gymnax trajectories", "evosax GymnaxProblem")
 #: The trained CartPole controller: push right when `GAINS . (x, x_dot, theta, theta_dot) > 0`.
 #: It kept |x| < 0.14 and |theta| < 0.052 (limits 2.4 and 0.21) for 500 steps in 100,000
 #: episodes from random resets.
@@ -69,6 +73,7 @@ class Program(NamedTuple):
     lengths: Callable  # out -> (P, B) numpy episode lengths (steps before done)
     devices: int  # devices it runs on
     all_steps: bool = False  # its steps/s counts all P*B*T steps, not just those before done
+    options: Any = None  # XLA compiler options (None: XLA's defaults)
 
 
 def episode_lengths(done: Any) -> np.ndarray:
@@ -201,6 +206,8 @@ def _gymnax_programs(pop: Population, keys: jax.Array, out: dict[str, Program]) 
     out["gymnax best case"] = Program(
         lambda k, p, e: gw.population_rollout(k, p)[-1],
         lambda _: seen["lengths"] if seen else episode_lengths(done_only(keys, pop.pop_params)), 1)
+    if compiler.options():
+        out["gymnax best, popeval opts"] = out["gymnax best case"]._replace(options=compiler.options())
     if GymnaxProblem is None:
         return
     problem = GymnaxProblem(pop.env_id, pop.policy, episode_length=pop.num_env_steps,
@@ -226,18 +233,20 @@ def programs(pop: Population, keys: jax.Array, impls: tuple[str, ...] = IMPLS) -
         w = RolloutWrapper(pop.policy.apply, env_name=pop.env_id, num_env_steps=pop.num_env_steps,
                            compaction=compaction)
         devices = len(getattr(w, "devices", ())) or 1  # all local devices, if the wrapper shards
+        # Compiled here inside another program: with the options the wrapper compiles with.
         out[name] = Program(lambda k, p, e, w=w: w.population_fitness(k, p, e), lambda r: np.asarray(r.lengths),
-                            devices)
+                            devices, options=compiler.options())
         if compaction:
             out["popeval trajectory"] = Program(lambda k, p, e, w=w: w.population_rollout(k, p, e),
-                                                lambda r: episode_lengths(r[4]), devices)
+                                                lambda r: episode_lengths(r[4]), devices, options=compiler.options())
     devices = jax.local_device_count()
     out["fused limit"] = Program(fused_limit(pop.env, pop.policy, pop.num_env_steps, devices),
-                                 lambda r: np.asarray(r[1]), devices, all_steps=True)
+                                 lambda r: np.asarray(r[1]), devices, all_steps=True, options=compiler.options())
     if any(name.startswith(("gymnax", "evosax")) for name in impls):
         _gymnax_programs(pop, keys, out)
-    order = [name for name in IMPLS if name != "gymnax best case"]
-    order.insert(order.index("gymnax trajectories") + 1, "gymnax best case")
+    best = ("gymnax best case", "gymnax best, popeval opts")
+    order = [name for name in IMPLS if name not in best]
+    order[order.index("gymnax trajectories") + 1:0] = best
     return {name: out[name] for name in order if name in out and name in impls}
 
 
@@ -274,7 +283,8 @@ def fitness_program(env_id: str, pop_size: int, num_rollouts: int, num_steps: in
     pop = population(env_id, pop_size, num_steps)
     w = RolloutWrapper(pop.policy.apply, env_name=env_id, env_kwargs=env_kwargs, num_env_steps=pop.num_env_steps)
     keys = jax.random.split(jax.random.key(1), num_rollouts)
-    return w, jax.jit(w.population_fitness).lower(keys, pop.pop_params).compile(), (keys, pop.pop_params)
+    compiled = jax.jit(w.population_fitness).lower(keys, pop.pop_params).compile(compiler.options())
+    return w, compiled, (keys, pop.pop_params)
 
 
 def xla_bytes(compiled: Any, devices: int = 1, kinds: tuple[str, ...] = ("temp", "output")) -> int | None:

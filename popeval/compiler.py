@@ -1,26 +1,34 @@
-"""The XLA options popeval compiles its evolve loop's programs with (`Lowered.compile(options())`).
+"""The XLA options popeval compiles its programs with, and `jit`, which applies them.
 
-On CPUs these programs are compiled with LLVM optimisation level 1 instead of XLA's default
-3. They are loops over many small fused kernels, which level 3 optimises at length for little
-or no gain: CartPole's generation program (`python experiments/time_to_solve.py
---compile-options --repeats 2`, 2-core x86 machine) compiled in 1.4-1.7 s (2.4-2.8 CPU s)
-instead of 2.1-2.8 s (3.8-4.8 CPU s) and ran 0.057-0.058 s per generation instead of
-0.063-0.082, with a bit-identical fitness curve. The optimisation level is no floating-point
-contract, so a program is only guaranteed to reproduce itself at one level: the rollout
-methods of `RolloutWrapper`, which users compile themselves, keep XLA's defaults (level 1
-made the fitness and trajectory paths of Reacher differ in the last bit). Other backends keep their
+    fn = compiler.jit(f)          # jax.jit(f) compiled with options() when called from Python
+    lowered.compile(options())    # the same options for a program compiled ahead of time
+
+On CPUs popeval's programs are compiled with LLVM optimisation level 1 instead of XLA's
+default 3. They are loops over many small fused kernels, which level 3 optimises at length
+and, here, into slower code. Measured on a 2-core x86 machine (P=512 x 8 episodes, MLP 2x32,
+one device): `population_fitness` on CartPole (fresh population) compiled in 1.2 s instead of
+1.9 s and ran 0.053 s instead of 0.080; on Pendulum 1.3 s / 0.092 s instead of 1.5 s / 0.127 s;
+CartPole's generation program (`python experiments/time_to_solve.py --compile-options`)
+1.4-1.7 s / 0.057 s instead of 2.1-2.8 s / 0.063-0.082 s. Other backends keep their
 defaults; a level set in `XLA_FLAGS` (`--xla_backend_optimization_level=N`) wins.
+
+The optimisation level is no floating-point contract: LLVM contracts multiply-adds into FMAs
+in different places at different levels, so a program reproduces itself bit for bit at one
+level only. Every program popeval compiles itself uses these options: `RolloutWrapper`'s
+methods and the evolve loop's programs, so an evaluation reproduces the returns a run logged.
+A program of yours that calls `RolloutWrapper`'s methods inside `jax.jit` is compiled with
+your options (`jax.jit(f, compiler_options=compiler.options())` gives it popeval's).
 """
 
 from __future__ import annotations
 
 import functools
 import os
-from typing import Any
+from typing import Any, Callable
 
 import jax
 
-__all__ = ["options", "CPU_OPTIONS"]
+__all__ = ["options", "jit", "CPU_OPTIONS"]
 
 #: popeval's XLA options on CPU backends.
 CPU_OPTIONS = {"xla_backend_optimization_level": 1}
@@ -36,3 +44,24 @@ def options() -> dict[str, Any]:
     if "xla_backend_optimization_level" in os.environ.get("XLA_FLAGS", "") or not _cpu_default():
         return {}
     return dict(CPU_OPTIONS)
+
+
+def _tracing(args: Any) -> bool:
+    """Whether this call is part of another program being traced (`jit`, `vmap`, `grad`...)."""
+    if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(args)):
+        return True
+    clean = getattr(getattr(jax, "_src").core, "trace_state_clean", None)  # constants inside a trace
+    return clean is not None and not clean()
+
+
+def jit(fn: Callable) -> Callable:
+    """`jax.jit(fn)`, compiled with `options()` when called from Python. Inside another traced
+    program it is inlined there and compiled with that program's options (JAX accepts compiler
+    options on outermost programs only)."""
+    top, inner = jax.jit(fn, compiler_options=options()), jax.jit(fn)
+
+    @functools.wraps(fn)
+    def call(*args):
+        return (inner if _tracing(args) else top)(*args)
+
+    return call

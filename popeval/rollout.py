@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from popeval import keys as keys_lib
-from popeval import layouts, normalization, sharding
+from popeval import compiler, layouts, normalization, sharding
 from popeval.environments import make
 from popeval.episode import Episode, reset_env
 
@@ -156,10 +156,12 @@ class RolloutWrapper:
         self.episode = Episode(env, model_forward, self.obs_shape, init_carry,
                                self.obs_normalization, env_name)
 
-        self._single_rollout = jax.jit(self._single_fn)
-        self._batch_rollout = jax.jit(jax.vmap(self._single_fn, in_axes=(0, None, None, None)))
-        self._population_rollout = jax.jit(sharding.shard_members(self._population_rollout_fn, self.devices))
-        self._population_fitness = jax.jit(sharding.shard_members(self._population_fitness_fn, self.devices))
+        # Compiled with popeval's options (`popeval.compiler`), as the evolve loop's programs are.
+        jit = compiler.jit
+        self._single_rollout = jit(self._single_fn)
+        self._batch_rollout = jit(jax.vmap(self._single_fn, in_axes=(0, None, None, None)))
+        self._population_rollout = jit(sharding.shard_members(self._population_rollout_fn, self.devices))
+        self._population_fitness = jit(sharding.shard_members(self._population_fitness_fn, self.devices))
         self._episode_states: dict[int, Callable] = {}
 
     def _single_fn(self, key, policy_params, env_params, obs_stats):
@@ -266,7 +268,7 @@ class RolloutWrapper:
                     key, policy_params, env_params, obs_stats, num_steps)
                 return first, states, reward, done
 
-            self._episode_states[num_steps] = jax.jit(run)
+            self._episode_states[num_steps] = compiler.jit(run)
         env_params = self.env_params if env_params is None else env_params
         first, states, rewards, dones = jax.tree.map(
             np.asarray, self._episode_states[num_steps](key, policy_params, env_params, obs_stats))

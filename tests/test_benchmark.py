@@ -16,7 +16,7 @@ from popeval.rollout import RolloutWrapper
 
 ROW_KEYS = {"workload", "env", "pop_size", "num_rollouts", "num_env_steps", "devices", "impl", "compile_s",
             "time_s", "times_s", "mem_bytes", "env_steps", "steps_per_s", "min_length", "live_over_limit",
-            "speedup_vs_gymnax_best"}
+            "speedup_vs_gymnax_best", "speedup_vs_gymnax_same_options"}
 FOOTPRINT_KEYS = {"env", "pop_size", "num_rollouts", "num_env_steps", "devices", "xla_temp_bytes",
                   "xla_output_bytes", "xla_argument_bytes", "xla_bytes", "bytes_per_episode", "rss_growth_bytes",
                   "min_length", "target_mb", "passed"}
@@ -39,7 +39,9 @@ def test_quick_benchmark_writes_json_with_device_rows(tmp_path, capsys):
 
     rows = report["results"]
     impls = [r["impl"] for r in rows]  # gymnax and evosax are test deps
-    assert impls == [i for i in benchmark_programs.IMPLS for _ in range(2 if cpu and i in benchmark.DEVICE_ROWS else 1)]
+    # gymnax's best case with popeval's options: only where they are not XLA's defaults (CPUs).
+    expected = [i for i in benchmark_programs.IMPLS if cpu or i != "gymnax best, popeval opts"]
+    assert impls == [i for i in expected for _ in range(2 if cpu and i in benchmark.DEVICE_ROWS else 1)]
     # The fused limit runs on all devices of its process: this one's and the subprocess's.
     assert {r["devices"] for r in rows if r["impl"] == "fused limit"} == ({local, other} if cpu else {local})
     for r in rows:
@@ -49,7 +51,7 @@ def test_quick_benchmark_writes_json_with_device_rows(tmp_path, capsys):
         assert r["time_s"] > 0 and r["compile_s"] > 0 and r["mem_bytes"] > 0
         assert 1 <= r["min_length"] <= 50
         assert abs(r["steps_per_s"] - r["env_steps"] / r["time_s"]) < 1e-6 * r["steps_per_s"]
-        assert r["speedup_vs_gymnax_best"] > 0
+        assert r["speedup_vs_gymnax_best"] > 0 and (r["speedup_vs_gymnax_same_options"] or 1) > 0
         assert (r["live_over_limit"] is not None) == r["impl"].startswith("popeval"), r["impl"]
         if r["impl"] == "fused limit":
             assert r["env_steps"] == 8 * 2 * 50  # every step counts
@@ -57,6 +59,8 @@ def test_quick_benchmark_writes_json_with_device_rows(tmp_path, capsys):
             assert 0 < r["env_steps"] <= 8 * 2 * 50, r
     by_impl = {r["impl"]: r for r in rows}
     assert by_impl["gymnax best case"]["speedup_vs_gymnax_best"] == 1.0
+    if cpu:
+        assert by_impl["gymnax best, popeval opts"]["speedup_vs_gymnax_same_options"] == 1.0
     # Both popeval paths play the same episodes, gymnax's two rows the same ones, and another
     # device count the same ones again.
     assert by_impl["popeval fitness"]["env_steps"] == by_impl["popeval trajectory"]["env_steps"]

@@ -190,17 +190,21 @@ def wrapper_runs():
 
 @pytest.mark.parametrize("name", WRAPPER_CASES)
 def test_wrapper_results_identical_across_device_counts(wrapper_runs, name):
-    """Bit-identical fitness, trajectories and statistics on 1 and 3 devices. CartPole is the
-    exception the README states: XLA compiles the per-device batch (10 or 4 members)
-    into different code, its states differ in the last bits, and a balancing pole amplifies
-    that over hundreds of steps; over 60 steps the returns and lengths still agree."""
+    """Bit-identical fitness, trajectories and statistics on 1 and 3 devices. CartPole and
+    Acrobot are the exception the README states: XLA compiles the per-device batch (10 or 4
+    members) into different code, their states differ in the last bits (so do the observation
+    statistics), and a balancing pole amplifies that over hundreds of steps; over 60 (200)
+    steps the returns and lengths still agree."""
     one = wrapper_runs[1][name]
     assert one["returns"] == one["cum_return"], "fitness != trajectory on one device"
-    chaotic = name.startswith("CartPole")
+    chaotic = name.startswith(("CartPole", "Acrobot"))
     for n in WRAPPER_DEVICE_COUNTS[1:]:
         other = dict(wrapper_runs[n][name])
-        if chaotic:
-            other["obs"] = one["obs"]
+        if chaotic:  # the last bits of the states: close, not equal
+            for key in ("obs", "stats"):
+                if one[key] is not None:
+                    np.testing.assert_allclose(other[key], one[key], rtol=1e-2, err_msg=f"{name}: {key}")
+                other[key] = one[key]
         assert other == one, f"{name}: {n} devices differ from 1"
 
 

@@ -28,6 +28,11 @@ from typing import Any, Callable
 
 import jax
 
+try:  # whether no trace is active (JAX has no public name for it)
+    from jax._src.core import trace_state_clean as _trace_state_clean
+except ImportError:  # pragma: no cover - another JAX: traced arguments still tell
+    _trace_state_clean = None
+
 __all__ = ["options", "jit", "CPU_OPTIONS"]
 
 #: popeval's XLA options on CPU backends.
@@ -50,8 +55,7 @@ def _tracing(args: Any) -> bool:
     """Whether this call is part of another program being traced (`jit`, `vmap`, `grad`...)."""
     if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(args)):
         return True
-    clean = getattr(getattr(jax, "_src").core, "trace_state_clean", None)  # constants inside a trace
-    return clean is not None and not clean()
+    return _trace_state_clean is not None and not _trace_state_clean()  # constants inside a trace
 
 
 def jit(fn: Callable) -> Callable:

@@ -5,7 +5,7 @@
 
 On CPUs popeval's programs are compiled with LLVM optimisation level 1 instead of XLA's
 default 3. They are loops over many small fused kernels, which level 3 optimises at length
-and, on a 2-core x86 machine, into code that is no faster or slower: CartPole's generation
+and, on a 2-core x86 machine, into code that is no faster, often slower: CartPole's generation
 program (`python experiments/time_to_solve.py --compile-options`) compiled in 1.4-1.7 s
 instead of 2.1-2.8 s and ran 0.057 s instead of 0.063-0.082 s per generation, and
 `experiments/benchmark.py` shows gymnax's own best case 1.1-1.2x faster at level 1 on
@@ -15,8 +15,9 @@ defaults; a level set in `XLA_FLAGS` (`--xla_backend_optimization_level=N`) wins
 
 The optimisation level is no floating-point contract: the same program can round differently
 at another level (Acrobot's returns did, `tests/test_rollout.py`), so a program reproduces
-itself bit for bit at one level only. Every program popeval compiles itself uses these options: `RolloutWrapper`'s
-methods and the evolve loop's programs, so an evaluation reproduces the returns a run logged.
+itself bit for bit at one level only. Every program popeval compiles itself uses these
+options, `RolloutWrapper`'s methods and the evolve loop's programs, so an evaluation
+reproduces the returns a run logged.
 A program of yours that calls `RolloutWrapper`'s methods inside `jax.jit` is compiled with
 your options (`jax.jit(f, compiler_options=compiler.options())` gives it popeval's).
 """

@@ -157,11 +157,10 @@ class RolloutWrapper:
                                self.obs_normalization, env_name)
 
         # Compiled with popeval's options (`popeval.compiler`), as the evolve loop's programs are.
-        jit = compiler.jit
-        self._single_rollout = jit(self._single_fn)
-        self._batch_rollout = jit(jax.vmap(self._single_fn, in_axes=(0, None, None, None)))
-        self._population_rollout = jit(sharding.shard_members(self._population_rollout_fn, self.devices))
-        self._population_fitness = jit(sharding.shard_members(self._population_fitness_fn, self.devices))
+        self._single_rollout = compiler.jit(self._single_fn)
+        self._batch_rollout = compiler.jit(jax.vmap(self._single_fn, in_axes=(0, None, None, None)))
+        self._population_rollout = compiler.jit(sharding.shard_members(self._population_rollout_fn, self.devices))
+        self._population_fitness = compiler.jit(sharding.shard_members(self._population_fitness_fn, self.devices))
         self._episode_states: dict[int, Callable] = {}
 
     def _single_fn(self, key, policy_params, env_params, obs_stats):

@@ -35,6 +35,7 @@ from popeval.environments import registered_envs
 #: workload -> num_env_steps (None: the env's own episode limit)
 WORKLOADS = {"CartPole-v1": None, bp.TRAINED: None, "Pendulum-v1": None, "Acrobot-v1": None,
              "Breakout-MinAtar": 1000, "Seaquest-MinAtar": 1000}
+MINATAR_STEPS = 1000
 POP_SIZES = (64, 512)
 NUM_ROLLOUTS = 8
 QUICK_STEPS = {"CartPole-v1": 50, bp.TRAINED: 50}
@@ -206,7 +207,8 @@ def _workloads(args: argparse.Namespace) -> dict[str, int | None]:
     if unknown:
         raise SystemExit(f"unknown workload(s): {', '.join(unknown)} (an environment id or '{bp.TRAINED}')")
     steps = {**WORKLOADS, **QUICK_STEPS} if args.quick else WORKLOADS
-    return {w: steps.get(w) for w in names}
+    # MinAtar games have no episode limit of their own (Freeway's is 2500): T=1000 unless listed.
+    return {w: steps.get(w, MINATAR_STEPS if w.endswith("-MinAtar") else None) for w in names}
 
 
 def main(argv: list[str] | None = None) -> int:

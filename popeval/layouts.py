@@ -9,18 +9,22 @@ let a member's episodes share its parameters: its policy runs as one batched mat
 layer, and no parameters are copied per episode.
 The population is padded to a multiple of `C` (padding members are finished from the start).
 
-Every step of every episode is computed by the same code on the same shapes, so an episode's
-result does not depend on the other members or on where a member sits in the population,
-and the trajectory path (`trajectories`: each chunk scans `T` steps) equals the fitness path
-(`fitness`) to the bit. Across population sizes and device counts the surrounding program
-differs and XLA:CPU may round differently (rarely, and visibly only on chaotic tasks; README,
-Exactness).
+Every step of every episode is computed by the same code on shapes that differ only in the
+number of members side by side, so an episode's result does not depend on the other members
+or on where a member sits in the population, and the trajectory path (`trajectories`: each
+chunk scans `T` steps) equals the fitness path (`fitness`) to the bit. That XLA:CPU rounds an
+episode the same at every chunk width it runs at (from `MIN_WIDTH` members up) is measured,
+not promised by XLA: `tests/test_rollout.py` checks it on every registered environment.
+Across population sizes and device counts the surrounding program differs and XLA:CPU may
+round differently (rarely, and visibly only on chaotic tasks; README, Exactness).
 
-The fitness path runs in passes. A pass gathers the members that still have a running
-episode to the front (compaction), then steps each of the chunks they fill in a
-`lax.while_loop` until at most half of the chunk's members are still running (the last
-chunk: until it is done), so finished members stop costing and each chunk's parameters are
-read from one contiguous block for many steps. Each member carries its own step count.
+The fitness path runs in passes. A pass orders the members that still have a running
+episode first (compaction) and steps each chunk of them in a `lax.while_loop` until at most
+half of its members still run, then the next pass packs the survivors again; once they fit
+in half a chunk they run in a chunk of that width (`widths`) until done, so finished members
+stop costing. Parameters and episode keys are only read: a chunk gathers its members' rows
+once and steps them many times, and writes back their carries and step counts (each member
+carries its own step count).
 
 `varies` strings name, per argument, the levels it has an axis for, outermost first: `"PMB"`
 per episode (keys, carries), `"P"` per member (parameters), `"M"` per env-param set, `""`
@@ -99,6 +103,19 @@ def _running(alive: jax.Array) -> jax.Array:
     return jnp.any(alive.reshape(alive.shape[0], -1), axis=1)
 
 
+#: The narrowest chunk (members) the fitness path narrows down to. XLA:CPU computes an episode
+#: to the same bits at every width from 8 members up; below, the matmuls of small policies
+#: can round differently (CartPole with 8 hidden units at 4 members, `tests/test_rollout.py`).
+MIN_WIDTH = 8
+
+
+def widths(size: int, compaction: bool = True) -> tuple[int, ...]:
+    """The chunk widths (members) the fitness path steps: `size`, and with compaction
+    `size // 2` (if at least `MIN_WIDTH`), so the last running members do not ride in a full
+    chunk. Each width compiles its own copy of the step, hence two."""
+    return (size, size // 2) if compaction and size // 2 >= MIN_WIDTH else (size,)
+
+
 def fitness(episode: Episode, num_steps: int, keys, pop_params, env_params, obs_stats, meta: bool,
             compaction: bool = True) -> Carry:
     """The final `(P, [M,] B)` carries, each episode stepped until done or `num_steps`."""
@@ -116,54 +133,62 @@ def fitness(episode: Episode, num_steps: int, keys, pop_params, env_params, obs_
         return episode.step(t, key_episode, c, params, env_params, obs_stats, False)[0]
 
     step = over_episodes(step, meta, ("P", "PMB", "PMB", "P", "M"))
+    ladder = widths(size, compaction)
 
-    def run_chunk(i, buffers):
-        order, t, carry, key_episode, params, last = buffers
-        part = lambda x: jax.lax.dynamic_slice_in_dim(x, i * size, size)  # noqa: E731
-        c_t, c_carry, c_keys, c_params = jax.tree.map(part, (t, carry, key_episode, params))
-        # Until at most half of the chunk's members run (the last chunk, or without
-        # compaction every chunk: until it is done).
-        floor = jnp.where(last, 0, size // 2) if compaction else 0
-
-        def cond(loop):
-            t, c = loop
-            running = _running(c.alive) & (t < num_steps)
-            return jnp.sum(running) > floor
-
-        def body(loop):
-            t, c = loop
-            # A member that has taken its num_steps steps rides along (its slot is in the
-            # chunk) but stops counting: its episodes are over.
-            within = (t < num_steps).reshape((-1,) + (1,) * (c.alive.ndim - 1))
-            return t + 1, step(t, c_keys, c._replace(alive=c.alive & within), c_params, env_params)
-
-        c_t, c_carry = jax.lax.while_loop(cond, body, (c_t, c_carry))
-        put = lambda buf, x: jax.lax.dynamic_update_slice_in_dim(buf, x, i * size, 0)  # noqa: E731
-        t, carry = put(t, c_t), jax.tree.map(put, carry, c_carry)
-        return order, t, carry, key_episode, params, last
-
-    def live(buffers):
-        _, t, carry, *_ = buffers
+    def live(t, carry):
         return _running(carry.alive) & (t < num_steps)
 
-    def one_pass(buffers):
-        running = live(buffers)
-        if compaction:  # members with a running episode first (stable), finished ones after
-            def gather(operands):
-                perm = jnp.argsort(~operands[-1], stable=True)
-                return jax.tree.map(lambda x: x[perm], operands)
+    def run_chunk(width, floor):
+        """Steps the members `order[i * width:(i + 1) * width]` until at most `floor` of
+        them run. Parameters and keys are only read (gathered per chunk); the members'
+        step counts and carries are gathered and written back."""
+        def run(i, state):
+            order, t, carry = state
+            idx = jax.lax.dynamic_slice_in_dim(order, i * width, width)
+            take = lambda x: x[idx]  # noqa: E731
+            c_t, c_carry, c_keys, c_params = jax.tree.map(take, (t, carry, key_episode, pop_params))
 
-            packed = jnp.all(running[:-1] | ~running[1:])  # no running member after a finished one
-            *moved, running = jax.lax.cond(packed, lambda x: x, gather, buffers[:-1] + (running,))
-            buffers = tuple(moved) + buffers[-1:]
-        chunks = -(-jnp.sum(running) // size) if compaction else num_chunks
-        buffers = buffers[:-1] + (chunks <= 1,)
-        return jax.lax.fori_loop(0, chunks, run_chunk, buffers)
+            def cond(loop):
+                return jnp.sum(live(*loop)) > floor
 
-    order = jnp.arange(num_chunks * size)
+            def body(loop):
+                t, c = loop
+                # A member that has taken its num_steps steps rides along (its slot is in the
+                # chunk) but stops counting: its episodes are over.
+                within = (t < num_steps).reshape((-1,) + (1,) * (c.alive.ndim - 1))
+                return t + 1, step(t, c_keys, c._replace(alive=c.alive & within), c_params, env_params)
+
+            c_t, c_carry = jax.lax.while_loop(cond, body, (c_t, c_carry))
+            put = lambda buf, x: buf.at[idx].set(x, unique_indices=True)  # noqa: E731
+            return order, put(t, c_t), jax.tree.map(put, carry, c_carry)
+
+        return run
+
+    def one_pass(state):
+        order, t, carry = state
+        if not compaction:  # every chunk in place, until it is done
+            return jax.lax.fori_loop(0, num_chunks, run_chunk(size, 0), state)
+        running = live(t, carry)
+        order = jnp.argsort(~running, stable=True).astype(jnp.int32)  # running members first
+        count = jnp.sum(running)
+        # The narrowest width that holds every running member (or full chunks): several
+        # chunks each run until half their members are done, a single chunk until half are
+        # (the next pass packs them into the next width), the narrowest until done.
+        level = jnp.sum(jnp.asarray(ladder[1:]) >= count)
+
+        def at_width(k):
+            width = ladder[k]
+
+            def run(state):
+                chunks = -(-count // width)
+                floor = jnp.where((chunks <= 1) & (k == len(ladder) - 1), 0, width // 2)
+                return jax.lax.fori_loop(0, chunks, run_chunk(width, floor), state)
+
+            return run
+
+        return jax.lax.switch(level, [at_width(k) for k in range(len(ladder))], (order, t, carry))
+
+    order = jnp.arange(num_chunks * size, dtype=jnp.int32)
     t = jnp.zeros(num_chunks * size, jnp.int32)
-    buffers = (order, t, carry, key_episode, pop_params, jnp.bool_(False))
-    buffers = jax.lax.while_loop(lambda b: jnp.any(live(b)), one_pass, buffers)
-    order, carry = buffers[0], buffers[2]
-    back = jnp.argsort(order)[:num_members]
-    return jax.tree.map(lambda x: x[back], carry)
+    _, _, carry = jax.lax.while_loop(lambda s: jnp.any(live(s[1], s[2])), one_pass, (order, t, carry))
+    return jax.tree.map(lambda x: x[:num_members], carry)

@@ -87,36 +87,9 @@ def split_episode(key: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 def step_keys(key_episode: jax.Array, t: jax.Array | int) -> tuple[jax.Array, jax.Array]:
-    """`(key_policy, key_env)` of step `t` of an episode: `jax.random.split(fold_in(key, t))`,
-    the same bits, with the threefry hash unrolled for threefry keys (`_threefry2x32`)."""
-    typed = is_typed_key(key_episode)
-    impl = str(jax.random.key_impl(key_episode)) if typed else jax.config.jax_default_prng_impl
-    if impl != "threefry2x32" or not jax.config.jax_threefry_partitionable:
-        key_policy, key_env = jax.random.split(jax.random.fold_in(key_episode, t))
-        return key_policy, key_env
-    raw = to_raw(key_episode)
-    zero = jnp.zeros((), jnp.uint32)
-    # fold_in: the hash of the count (0, t); split into 2 (partitionable): counts (0, 0), (0, 1).
-    k1, k2 = _threefry2x32(raw[..., 0], raw[..., 1], zero, jnp.asarray(t, jnp.uint32))
-    out = [jnp.stack(_threefry2x32(k1, k2, zero, jnp.uint32(i)), axis=-1) for i in (0, 1)]
-    return tuple(from_raw(x, key_episode) for x in out)
-
-
-_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
-
-
-def _threefry2x32(k1, k2, x1, x2):
-    """The Threefry-2x32 hash of the counts `(x1, x2)` under the key `(k1, k2)` (uint32), as
-    `jax.random` computes it, unrolled: JAX's CPU lowering rolls its 5 rounds into a loop
-    whose per-round overhead, 3 hashes per environment step, cost a MinAtar step ~20%."""
-    ks = (k1, k2, k1 ^ k2 ^ jnp.uint32(0x1BD11BDA))
-    x1, x2 = x1 + ks[0], x2 + ks[1]
-    for i in range(5):
-        for r in _ROTATIONS[i % 2]:
-            x1 = x1 + x2
-            x2 = x1 ^ ((x2 << jnp.uint32(r)) | (x2 >> jnp.uint32(32 - r)))
-        x1, x2 = x1 + ks[(i + 1) % 3], x2 + ks[(i + 2) % 3] + jnp.uint32(i + 1)
-    return x1, x2
+    """`(key_policy, key_env)` of step `t` of an episode."""
+    key_policy, key_env = jax.random.split(jax.random.fold_in(key_episode, t))
+    return key_policy, key_env
 
 
 def key_batch_shape(keys: Any, what: str = "keys") -> tuple[int, ...]:

@@ -315,32 +315,6 @@ def test_results_do_not_depend_on_how_members_are_batched(env_id):
 
 
 # ----------------------------------------------------------------------------- key schedule
-@pytest.mark.parametrize("impl", ["typed", "raw", "rbg"])
-def test_step_keys_are_jax_randoms_split_of_fold_in(impl):
-    """`keys.step_keys` (threefry unrolled) gives `jax.random.split(fold_in(key, t))`'s bits,
-    for typed and raw threefry keys, any `t`, vmapped and jitted; other key kinds take
-    `jax.random`'s own path."""
-    from popeval import keys as keys_lib
-
-    make_keys = {"typed": lambda: jax.random.split(jax.random.key(3), 40),
-                 "raw": lambda: jax.random.split(jax.random.PRNGKey(3), 40),
-                 "rbg": lambda: jax.random.split(jax.random.key(3, impl="rbg"), 40)}[impl]
-    ks = make_keys()
-
-    def reference(k, t):
-        both = jax.random.split(jax.random.fold_in(k, t))
-        return both[0], both[1]
-
-    ts = jnp.asarray([0, 1, 7, 499, 2**31 - 1] * 8, jnp.int32)
-    got = jax.jit(jax.vmap(keys_lib.step_keys))(ks, ts)
-    want = jax.vmap(reference)(ks, ts)
-    for g, w in zip(got, want):
-        assert g.dtype == w.dtype
-        np.testing.assert_array_equal(keys_lib.to_raw(g), keys_lib.to_raw(w))
-    one = keys_lib.step_keys(ks[0], 5)
-    np.testing.assert_array_equal(keys_lib.to_raw(one[1]), keys_lib.to_raw(reference(ks[0], 5)[1]))
-
-
 def reference_episodes(env, env_params, act, keys, pop_params, num_steps):
     """A plain Python loop over `step_env`, with the wrapper's documented key schedule, for
     every member `p` and episode key `keys[p, b]`: `[[(observations, return), ...], ...]`."""

@@ -55,58 +55,72 @@ _CHILD = "POPEVAL_BENCH_DEVICES"  # set in a device-count subprocess: the count 
 MB = 2**20
 
 
-def measure(fn: Callable, args: tuple, repeats: int, max_mem_bytes: float, devices: int = 1,
-            options: dict | None = None) -> tuple[dict, Any]:
+def prepare(fn: Callable, args: tuple, max_mem_bytes: float, devices: int = 1,
+            options: dict | None = None) -> tuple[dict, Any, Any]:
     """Compiles `fn(*args)` (a program on `devices` devices, XLA compiler `options`) ahead of
-    time, warms up, and times `repeats` calls.
+    time and warms it up: `(stats, compiled or None, the warm-up's output or None)`.
 
     A program whose XLA temp + output buffers exceed `max_mem_bytes` is compiled but not
     run (`time_s` None): on a shared machine it could take the memory of other processes. A
-    warm-up call over `SLOW_CALL_S` seconds is the program's one timing.
+    warm-up call over `SLOW_CALL_S` seconds is the program's one timing (`compiled` None).
     """
     t0 = time.perf_counter()
     compiled = jax.jit(fn).lower(*args).compile(options)
     compile_s = time.perf_counter() - t0
     mem_bytes = bp.xla_bytes(compiled, devices)
+    stats = {"compile_s": compile_s, "time_s": None, "times_s": [], "mem_bytes": mem_bytes}
     if mem_bytes is not None and mem_bytes > max_mem_bytes:
-        return {"compile_s": compile_s, "time_s": None, "times_s": [], "mem_bytes": mem_bytes}, None
+        return stats, None, None
     t0 = time.perf_counter()
-    out = jax.block_until_ready(compiled(*args))  # warm-up; the only timed call of a slow program
-    warm_up, times = time.perf_counter() - t0, []
-    for _ in range(repeats if warm_up < SLOW_CALL_S else 0):
-        t0 = time.perf_counter()
-        out = jax.block_until_ready(compiled(*args))
-        times.append(time.perf_counter() - t0)
-    times = times or [warm_up]
-    return {"compile_s": compile_s, "time_s": statistics.median(times), "times_s": times,
-            "mem_bytes": mem_bytes}, out
+    out = jax.block_until_ready(compiled(*args))
+    warm_up = time.perf_counter() - t0
+    if warm_up >= SLOW_CALL_S:
+        return {**stats, "time_s": warm_up, "times_s": [warm_up]}, None, out
+    return stats, compiled, out
+
+
+def time_interleaved(compiled: dict[str, Any], args: tuple, repeats: int) -> dict[str, list[float]]:
+    """`repeats` timed calls of each program, taken in turns (one call of each, then the
+    next round), so a load change on a shared machine falls on every row alike."""
+    times: dict[str, list[float]] = {name: [] for name in compiled}
+    for _ in range(repeats):
+        for name, fn in compiled.items():
+            t0 = time.perf_counter()
+            jax.block_until_ready(fn(*args))
+            times[name].append(time.perf_counter() - t0)
+    return times
 
 
 def bench_workload(workload: str, num_steps: int | None, pop_size: int, num_rollouts: int, repeats: int,
                    max_mem_bytes: float = float("inf"), impls: tuple[str, ...] = bp.IMPLS,
                    log: Callable[[str], None] = print) -> list[dict]:
-    """The rows of one workload and population size (ratios: `add_ratios`)."""
+    """The rows of one workload and population size (ratios: `add_ratios`): every program is
+    compiled and warmed up, then timed `repeats` times in turns (`time_interleaved`)."""
     pop = bp.population(workload, pop_size, num_steps)
     keys = jax.random.split(jax.random.key(1), num_rollouts)
-    rows = []
+    args = (keys, pop.pop_params, pop.env_params)
+    rows, compiled = {}, {}
     for impl, prog in bp.programs(pop, keys, impls).items():
-        stats, out = measure(prog.fn, (keys, pop.pop_params, pop.env_params), repeats, max_mem_bytes, prog.devices,
-                             prog.options)
+        stats, fn, out = prepare(prog.fn, args, max_mem_bytes, prog.devices, prog.options)
         lengths = None if out is None else prog.lengths(out)
         del out
+        if fn is not None:
+            compiled[impl] = fn
         steps = None if lengths is None else (
             pop_size * num_rollouts * pop.num_env_steps if prog.all_steps else int(lengths.sum()))
-        row = {"workload": workload, "env": pop.env_id, "pop_size": pop_size, "num_rollouts": num_rollouts,
-               "num_env_steps": pop.num_env_steps, "devices": prog.devices, "impl": impl, **stats,
-               "env_steps": steps, "steps_per_s": None if steps is None else steps / stats["time_s"],
-               "min_length": None if lengths is None else int(lengths.min())}
-        rows.append(row)
-        took = "not run (memory)" if steps is None else f"{stats['time_s']:.4f} s"
-        log(f"  {workload} P={pop_size} devices={prog.devices} {impl}: {took} (compile {stats['compile_s']:.1f} s)")
-        if workload == bp.TRAINED and lengths is not None and row["min_length"] < pop.num_env_steps:
-            raise RuntimeError(f"{workload}: an episode of {impl} ended after {row['min_length']} steps; every "
-                               f"episode of the trained population must last all {pop.num_env_steps}")
-    return rows
+        rows[impl] = {"workload": workload, "env": pop.env_id, "pop_size": pop_size, "num_rollouts": num_rollouts,
+                      "num_env_steps": pop.num_env_steps, "devices": prog.devices, "impl": impl, **stats,
+                      "env_steps": steps, "min_length": None if lengths is None else int(lengths.min())}
+        if workload == bp.TRAINED and lengths is not None and rows[impl]["min_length"] < pop.num_env_steps:
+            raise RuntimeError(f"{workload}: an episode of {impl} ended after {rows[impl]['min_length']} steps; "
+                               f"every episode of the trained population must last all {pop.num_env_steps}")
+    for impl, times in time_interleaved(compiled, args, repeats).items():
+        rows[impl].update(time_s=statistics.median(times), times_s=times)
+    for impl, row in rows.items():
+        row["steps_per_s"] = None if row["time_s"] is None else row["env_steps"] / row["time_s"]
+        took = "not run (memory)" if row["time_s"] is None else f"{row['time_s']:.4f} s"
+        log(f"  {workload} P={pop_size} devices={row['devices']} {impl}: {took} (compile {row['compile_s']:.1f} s)")
+    return list(rows.values())
 
 
 def add_ratios(rows: list[dict]) -> list[dict]:

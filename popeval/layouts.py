@@ -169,7 +169,10 @@ def fitness(episode: Episode, num_steps: int, keys, pop_params, env_params, obs_
         if not compaction:  # every chunk in place, until it is done
             return jax.lax.fori_loop(0, num_chunks, run_chunk(size, 0), state)
         running = live(t, carry)
-        order = jnp.argsort(~running, stable=True).astype(jnp.int32)  # running members first
+        # Running members first, in population order (no sort while none has finished).
+        packed = jnp.all(running[:-1] | ~running[1:])
+        order = jax.lax.cond(packed, lambda r: jnp.arange(r.shape[0], dtype=jnp.int32),
+                             lambda r: jnp.argsort(~r, stable=True).astype(jnp.int32), running)
         count = jnp.sum(running)
         # The narrowest width that holds every running member (or full chunks): several
         # chunks each run until half their members are done, a single chunk until half are

@@ -66,6 +66,15 @@ def action_head(x: jax.Array, discrete: bool, low: Sequence[float], high: Sequen
     return jnp.where(finite, jnp.clip(mean + (high - low) * 0.5 * noise, low, high), x + noise)
 
 
+def _as_float(obs: jax.Array) -> jax.Array:
+    """`obs` as float32. A boolean observation (MinAtar's) goes through a select: the same
+    0/1 values, and XLA:CPU vectorises the select but not a bool-to-float convert (~4x slower
+    on a Breakout batch)."""
+    if obs.dtype == jnp.bool_:
+        return jnp.where(obs, jnp.float32(1), jnp.float32(0))
+    return obs.astype(jnp.float32)
+
+
 class _ForEnv:
     """Shared constructors from an environment, observation encoding and the action head."""
 
@@ -92,7 +101,7 @@ class _ForEnv:
         """The observation as a flat float vector (a state index one-hot)."""
         if self.obs_categories:
             return jax.nn.one_hot(jnp.ravel(obs), self.obs_categories, dtype=jnp.float32).ravel()
-        return jnp.ravel(obs).astype(jnp.float32)
+        return _as_float(jnp.ravel(obs))
 
     def _act(self, x: jax.Array, key: jax.Array | None) -> jax.Array:
         """The action head on the network output (called inside the compact `__call__`)."""
@@ -152,7 +161,7 @@ class CNNPolicy(nn.Module, _ForEnv):
     def __call__(self, obs: jax.Array, key: jax.Array | None = None) -> jax.Array:
         if obs.ndim != 3 or self.obs_categories:
             raise ValueError(f"CNNPolicy needs (H, W, C) image observations, got shape {obs.shape}")
-        x = obs.astype(jnp.float32)
+        x = _as_float(obs)
         act = getattr(nn, self.activation)
         for channels in self.conv_channels:
             x = nn.relu(nn.Conv(channels, (3, 3), padding="VALID")(x))

@@ -126,3 +126,22 @@ def test_param_reshaper_round_trips():
         reshaper.unflatten_population(jnp.zeros((5, n - 1)))
     with pytest.raises(ValueError, match=f"\\(P, {n}\\)"):
         reshaper.unflatten_population(jnp.zeros(n))
+
+
+
+def test_boolean_observations_are_read_as_zero_one_floats():
+    """MinAtar's boolean grids reach the network as exactly the float32 0/1 values a convert
+    gives (popeval converts them with a select, which XLA:CPU vectorises), and the MLP and
+    CNN policies act on them as on their float32 version."""
+    from popeval.policies import CNNPolicy, _as_float
+
+    obs = jax.random.bernoulli(jax.random.key(1), 0.2, (64, 10, 10, 4))
+    x = jax.jit(_as_float)(obs)
+    assert x.dtype == jnp.float32
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(obs).astype(np.float32))
+    env, env_params = make("Breakout-MinAtar")
+    for policy in (MLPPolicy.for_env(env, hidden_sizes=(16,)),
+                   CNNPolicy.for_env(env, conv_channels=(4,), hidden_sizes=(8,))):
+        variables = policy.init_params(jax.random.key(0), env, env_params)
+        np.testing.assert_array_equal(np.asarray(batched(policy.apply, variables, obs)),
+                                      np.asarray(batched(policy.apply, variables, obs.astype(jnp.float32))))

@@ -29,7 +29,7 @@ import jax
 
 from popeval import benchmark_programs as bp
 from popeval.benchmark_checks import (EAGER_ENVS, EAGER_STEPS, MEMORY, QUICK_EAGER_STEPS, QUICK_MEMORY, eager_check,
-                                      format_eager, format_memory, memory_check)
+                                      format_eager, format_memory, memory_check, wait_for_quiet)
 from popeval.environments import registered_envs
 
 #: workload -> num_env_steps (None: the env's own episode limit)
@@ -46,6 +46,7 @@ COLUMNS = {  # what the result rows' numbers are
     "time_s": "median wall seconds per evaluation (None: not run, its buffers exceed max_mem_mb)",
     "times_s": f"the timed calls (one, the warm-up, when it took over {SLOW_CALL_S:.0f} s)",
     "compile_s": "trace + lower + compile seconds", "devices": "devices the program runs on",
+    "load_before": "1-minute load average when the workload started (after --quiet-below's wait)",
     "env_steps": "steps before done (fused limit: all P*B*T steps)", "steps_per_s": "env_steps / time_s",
     "min_length": "shortest episode (steps before done)", "mem_bytes": "XLA temp + output buffer bytes, all devices",
     "live_over_limit": "steps_per_s / the fused limit's steps_per_s at the same device count (popeval rows)",
@@ -206,6 +207,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "in a subprocess with JAX_NUM_CPU_DEVICES=N")
     p.add_argument("--impls", nargs="+", default=list(bp.IMPLS), choices=bp.IMPLS, metavar="IMPL",
                    help="only these rows (default: all)")
+    p.add_argument("--quiet-below", type=float, default=None, metavar="LOAD",
+                   help="before each workload, wait (up to 5 minutes) until the 1-minute load average is below LOAD")
     p.add_argument("--no-memory-check", action="store_true")
     p.add_argument("--no-eager-check", action="store_true", help="skip the eager env.step loop timings")
     p.add_argument("--max-mem-mb", type=float, default=3072.0,
@@ -244,10 +247,12 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict] = []
     for workload, num_steps in workloads.items():
         for pop_size in pop_sizes:
-            rows.extend(bench_workload(workload, num_steps, pop_size, num_rollouts, repeats,
-                                       args.max_mem_mb * MB, tuple(args.impls), log))
+            load = wait_for_quiet(args.quiet_below, log)
+            rows.extend({**row, "load_before": load} for row in bench_workload(
+                workload, num_steps, pop_size, num_rollouts, repeats, args.max_mem_mb * MB, tuple(args.impls), log))
     shared = [*(["--quick"] if args.quick else []), "--pop-sizes", *map(str, pop_sizes), "--num-rollouts",
               str(num_rollouts), "--repeats", str(repeats), "--max-mem-mb", str(args.max_mem_mb)]
+    shared += [] if args.quiet_below is None else ["--quiet-below", str(args.quiet_below)]
     shared += ["--impls", *(i for i in DEVICE_ROWS if i in args.impls)]
     for n in devices:
         if n != local and shared[-1] != "--impls":

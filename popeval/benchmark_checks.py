@@ -1,9 +1,12 @@
-"""The benchmark's two checks besides the timed rows: the fitness path's memory, and eager
-`env.step` calls in a Python loop (`popeval.benchmark` prints and saves both)."""
+"""The benchmark's checks besides the timed rows: the fitness path's memory, eager `env.step`
+calls in a Python loop (`popeval.benchmark` prints and saves both), and waiting for a quiet
+machine before a workload (`wait_for_quiet`)."""
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Callable
 
 import jax
 import numpy as np
@@ -18,6 +21,23 @@ QUICK_MEMORY = {"footprint": ("CartPole-v1", 64, 2, 50), "over_t": ("Pendulum-v1
 MEMORY_TARGET_MB = 2048.0
 #: Eager check: Python-loop `env.step` calls per environment (quick: fewer).
 EAGER_ENVS, EAGER_STEPS, QUICK_EAGER_STEPS = ("CartPole-v1", "Breakout-MinAtar"), 2000, 50
+#: The longest `wait_for_quiet` waits before it gives up (and says so).
+QUIET_WAIT_S = 300.0
+
+
+def wait_for_quiet(below: float | None, log: Callable[[str], None], poll_s: float = 5.0) -> float | None:
+    """Waits until the 1-minute load average is below `below` (at most `QUIET_WAIT_S`; None:
+    no wait) and returns it then (None where the OS has no load average). The benchmark's own
+    threads raise the load while it runs; waiting lets that decay between workloads."""
+    if not hasattr(os, "getloadavg"):
+        return None
+    load, start = os.getloadavg()[0], time.monotonic()
+    while below is not None and load >= below and time.monotonic() - start < QUIET_WAIT_S:
+        time.sleep(poll_s)
+        load = os.getloadavg()[0]
+    if below is not None and load >= below:
+        log(f"  the load average is still {load:.2f} after {QUIET_WAIT_S:.0f} s; timing anyway")
+    return load
 
 
 def memory_check(footprint: tuple, over_t: tuple) -> dict:

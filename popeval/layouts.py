@@ -19,12 +19,14 @@ Across population sizes and device counts the surrounding program differs and XL
 round differently (rarely, and visibly only on chaotic tasks; README, Exactness).
 
 The fitness path runs in passes. A pass orders the members that still have a running
-episode first (compaction) and steps each chunk of them in a `lax.while_loop` until at most
-half of its members still run, then the next pass packs the survivors again; once they fit
-in half a chunk they run in a chunk of that width (`widths`) until done, so finished members
-stop costing. Parameters and episode keys are only read: a chunk gathers its members' rows
-once and steps them many times, and writes back their carries and step counts (each member
-carries its own step count).
+episode first (compaction), those that have taken the fewest steps first, so that members
+which run long finish together rather than one after another in a mostly empty chunk. It
+steps each chunk of them in a `lax.while_loop` until a quarter of its members are done (a
+single chunk: until its survivors fit the next width), then the next pass packs the
+survivors again; once they fit in half a chunk they run in a chunk of that width (`widths`)
+until done, so finished members stop costing. Parameters and episode keys are only read: a
+chunk gathers its members' rows once and steps them many times, and writes back their
+carries and step counts (each member carries its own step count).
 
 `varies` strings name, per argument, the levels it has an axis for, outermost first: `"PMB"`
 per episode (keys, carries), `"P"` per member (parameters), `"M"` per env-param set, `""`
@@ -169,22 +171,25 @@ def fitness(episode: Episode, num_steps: int, keys, pop_params, env_params, obs_
         if not compaction:  # every chunk in place, until it is done
             return jax.lax.fori_loop(0, num_chunks, run_chunk(size, 0), state)
         running = live(t, carry)
-        # Running members first, in population order (no sort while none has finished).
-        packed = jnp.all(running[:-1] | ~running[1:])
-        order = jax.lax.cond(packed, lambda r: jnp.arange(r.shape[0], dtype=jnp.int32),
-                             lambda r: jnp.argsort(~r, stable=True).astype(jnp.int32), running)
+        # Running members first, fewest steps taken first, then population order (no sort
+        # while that is the population order, as in the first pass).
+        steps = jnp.where(running, t, jnp.iinfo(jnp.int32).max)
+        order = jax.lax.cond(jnp.all(steps[:-1] <= steps[1:]), lambda s: jnp.arange(s.shape[0], dtype=jnp.int32),
+                             lambda s: jnp.argsort(s, stable=True).astype(jnp.int32), steps)
         count = jnp.sum(running)
         # The narrowest width that holds every running member (or full chunks): several
-        # chunks each run until half their members are done, a single chunk until half are
-        # (the next pass packs them into the next width), the narrowest until done.
+        # chunks each run until a quarter of their members are done, a single chunk until
+        # its survivors fit the next width (the next pass packs them into it), the narrowest
+        # until done.
         level = jnp.sum(jnp.asarray(ladder[1:]) >= count)
 
         def at_width(k):
             width = ladder[k]
+            last = k == len(ladder) - 1
 
             def run(state):
                 chunks = -(-count // width)
-                floor = jnp.where((chunks <= 1) & (k == len(ladder) - 1), 0, width // 2)
+                floor = jnp.where(chunks <= 1, 0 if last else ladder[k + 1], (3 * width) // 4)
                 return jax.lax.fori_loop(0, chunks, run_chunk(width, floor), state)
 
             return run

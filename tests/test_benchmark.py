@@ -16,7 +16,7 @@ from popeval.rollout import RolloutWrapper
 
 ROW_KEYS = {"workload", "env", "pop_size", "num_rollouts", "num_env_steps", "devices", "impl", "compile_s",
             "time_s", "times_s", "mem_bytes", "env_steps", "steps_per_s", "min_length", "live_over_limit",
-            "speedup_vs_gymnax_best", "speedup_vs_gymnax_same_options"}
+            "speedup_vs_gymnax_best", "speedup_vs_gymnax_same_options", "load_before"}
 FOOTPRINT_KEYS = {"env", "pop_size", "num_rollouts", "num_env_steps", "devices", "xla_temp_bytes",
                   "xla_output_bytes", "xla_argument_bytes", "xla_bytes", "bytes_per_episode", "rss_growth_bytes",
                   "min_length", "target_mb", "passed"}
@@ -31,7 +31,8 @@ def test_quick_benchmark_writes_json_with_device_rows(tmp_path, capsys):
     other = 2 if local == 1 else 1
     out = tmp_path / "nested" / "bench.json"
     devices = ["--devices", str(local), str(other)] if cpu else []
-    assert benchmark.main(["--quick", "--out", str(out), *devices]) == 0
+    # --quiet-below 1e9: every workload starts at once (and records the load it started at).
+    assert benchmark.main(["--quick", "--out", str(out), "--quiet-below", "1e9", *devices]) == 0
     report = json.loads(out.read_text())
     assert set(report) == {"config", "machine", "columns", "results", "memory_check", "eager_check"}
     assert report["config"]["quick"] is True and report["config"]["envs"] == ["CartPole-v1"]
@@ -50,6 +51,7 @@ def test_quick_benchmark_writes_json_with_device_rows(tmp_path, capsys):
         assert r["num_env_steps"] == 50 and len(r["times_s"]) == 1
         assert r["time_s"] > 0 and r["compile_s"] > 0 and r["mem_bytes"] > 0
         assert 1 <= r["min_length"] <= 50
+        assert r["load_before"] is not None and r["load_before"] >= 0
         assert abs(r["steps_per_s"] - r["env_steps"] / r["time_s"]) < 1e-6 * r["steps_per_s"]
         assert r["speedup_vs_gymnax_best"] > 0 and (r["speedup_vs_gymnax_same_options"] or 1) > 0
         assert (r["live_over_limit"] is not None) == r["impl"].startswith("popeval"), r["impl"]
@@ -126,3 +128,19 @@ def test_trained_cartpole_needs_a_cartpole_mlp():
     template = pop.policy.init_params(jax.random.key(0), pop.env, pop.env_params)
     with pytest.raises(ValueError, match="CartPole"):
         benchmark_programs.trained_cartpole(pop.policy, template, 2)
+
+
+def test_wait_for_quiet_waits_until_the_load_falls(monkeypatch):
+    """`--quiet-below`: the benchmark polls the load average until it is below the limit, and
+    gives up (saying so) after `QUIET_WAIT_S`."""
+    from popeval import benchmark_checks
+
+    loads = iter([3.0, 2.0, 1.2, 0.5])
+    monkeypatch.setattr(benchmark_checks.os, "getloadavg", lambda: (next(loads), 0.0, 0.0))
+    logged = []
+    assert benchmark_checks.wait_for_quiet(1.5, logged.append, poll_s=0) == 1.2 and logged == []
+    monkeypatch.setattr(benchmark_checks.os, "getloadavg", lambda: (4.0, 0.0, 0.0))
+    assert benchmark_checks.wait_for_quiet(None, logged.append, poll_s=0) == 4.0 and logged == []
+    monkeypatch.setattr(benchmark_checks, "QUIET_WAIT_S", 0.0)
+    assert benchmark_checks.wait_for_quiet(1.5, logged.append, poll_s=0) == 4.0
+    assert logged == ["  the load average is still 4.00 after 0 s; timing anyway"]

@@ -121,7 +121,7 @@ def widths(size: int, compaction: bool = True) -> tuple[int, ...]:
 def fitness(episode: Episode, num_steps: int, keys, pop_params, env_params, obs_stats, meta: bool,
             compaction: bool = True) -> Carry:
     """The final `(P, [M,] B)` carries, each episode stepped until done or `num_steps`."""
-    compaction = compaction and num_steps > 1  # one-step episodes cannot end early
+    compaction = compaction and num_steps > 1  # one-step episodes cannot end early: no passes
     keys = episode_keys(keys, env_params, meta)
     num_members = keys.shape[0]
     size, num_chunks, keys, pop_params = _chunked(keys, pop_params)

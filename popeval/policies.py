@@ -68,8 +68,8 @@ def action_head(x: jax.Array, discrete: bool, low: Sequence[float], high: Sequen
 
 def _as_float(obs: jax.Array) -> jax.Array:
     """`obs` as float32. A boolean observation (MinAtar's) goes through a select: the same
-    0/1 values, and XLA:CPU vectorises the select but not a bool-to-float convert (~4x slower
-    on a Breakout batch)."""
+    0/1 values, and XLA:CPU vectorises the select but not a bool-to-float convert (Breakout's
+    fitness evaluation, P=512 x 8: 30 ms against 39 ms)."""
     if obs.dtype == jnp.bool_:
         return jnp.where(obs, jnp.float32(1), jnp.float32(0))
     return obs.astype(jnp.float32)

@@ -128,7 +128,6 @@ def test_param_reshaper_round_trips():
         reshaper.unflatten_population(jnp.zeros(n))
 
 
-
 def test_boolean_observations_are_read_as_zero_one_floats():
     """MinAtar's boolean grids reach the network as exactly the float32 0/1 values a convert
     gives (popeval converts them with a select, which XLA:CPU vectorises), and the MLP and

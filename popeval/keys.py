@@ -28,6 +28,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from popeval.environments import prng
+from popeval.environments.prng import from_raw, is_typed_key, to_raw
+
 __all__ = [
     "INIT",
     "GENERATION",
@@ -87,8 +90,10 @@ def split_episode(key: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 def step_keys(key_episode: jax.Array, t: jax.Array | int) -> tuple[jax.Array, jax.Array]:
-    """`(key_policy, key_env)` of step `t` of an episode."""
-    key_policy, key_env = jax.random.split(jax.random.fold_in(key_episode, t))
+    """`(key_policy, key_env)` of step `t` of an episode: `jax.random.split(jax.random.fold_in(
+    key_episode, t))`, derived with `popeval.environments.prng` (the same keys, fused by XLA
+    instead of run as loops on CPUs)."""
+    key_policy, key_env = prng.split(prng.fold_in(key_episode, t))
     return key_policy, key_env
 
 
@@ -103,19 +108,3 @@ def key_batch_shape(keys: Any, what: str = "keys") -> tuple[int, ...]:
         f"{what}: expected PRNG keys (jax.random.key or PRNGKey arrays), got an array of "
         f"shape {keys.shape} and dtype {keys.dtype}"
     )
-
-
-def is_typed_key(x: Any) -> bool:
-    """Whether `x` is an array of typed keys (`jax.random.key`), which host code cannot hold."""
-    return hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
-
-
-def to_raw(x: Any) -> Any:
-    """Typed keys -> their raw `uint32` data (for numpy, files, device copies); others as given."""
-    return jax.random.key_data(x) if is_typed_key(x) else x
-
-
-def from_raw(raw: Any, like: Any) -> Any:
-    """The inverse of `to_raw`: `raw` wrapped as keys of `like`'s implementation when `like`
-    is a typed key array; otherwise `raw` as given."""
-    return jax.random.wrap_key_data(raw, impl=jax.random.key_impl(like)) if is_typed_key(like) else raw

@@ -21,8 +21,9 @@ Instead of `game_step`, a game may write its randomness and its logic apart (the
     draw(key, state, params) -> draws                      # a small pytree of random draws
     apply(state, full_action, draws, params) -> (state, reward, terminal)   # deterministic
 so that a conformance test can feed `apply` the draws the reference made with numpy.
-Per-step draws and key splits use `prng` (`jax.random`'s values, fused by XLA instead of run
-as one loop per hash on CPUs).
+The step's key split and sticky-action draw use `prng` (`jax.random`'s values, fused by XLA
+instead of run as one loop per hash on CPUs); a game's own draws use `jax.random`, which
+measured faster for values that many places of the step read (`prng`'s docstring).
 `grid_mask(y, x)` builds one-hot 10x10 cells. Observations run fastest under vmap built as
 one elementwise expression over `(10, 10, C)` from `OBS_ROWS`, `OBS_COLS`, a channel
 iota and `lane_rows` (per-lane values of rows 1..8); stacking per-channel masks was ~2x

@@ -83,6 +83,12 @@ def _threefry(key) -> bool:
             and jax.config.jax_default_prng_impl == "threefry2x32")
 
 
+def _as_key(key) -> tuple[Any, bool]:
+    """`(key as an array, whether this module derives it like jax.random)`."""
+    key = key if isinstance(key, jax.Array) else jnp.asarray(key)
+    return key, _threefry(key)
+
+
 def _words(key):
     raw = to_raw(key)
     return raw[..., 0], raw[..., 1]
@@ -95,8 +101,8 @@ def _key(like, w0, w1):
 
 def fold_in(key, data):
     """`jax.random.fold_in(key, data)` for one key (`data` a scalar integer)."""
-    key = jnp.asarray(key) if not isinstance(key, jax.Array) else key
-    if not _threefry(key):
+    key, fast = _as_key(key)
+    if not fast:
         return jax.random.fold_in(key, data)
     k0, k1 = _words(key)
     return _key(key, *threefry2x32(k0, k1, np.uint32(0), jnp.asarray(data).astype(jnp.uint32)))
@@ -104,8 +110,8 @@ def fold_in(key, data):
 
 def split(key, num: int = 2) -> tuple:
     """`tuple(jax.random.split(key, num))` for one key."""
-    key = jnp.asarray(key) if not isinstance(key, jax.Array) else key
-    if not _threefry(key):
+    key, fast = _as_key(key)
+    if not fast:
         return tuple(jax.random.split(key, num))
     k0, k1 = _words(key)
     return tuple(_key(key, *threefry2x32(k0, k1, np.uint32(0), np.uint32(i))) for i in range(num))
@@ -113,9 +119,9 @@ def split(key, num: int = 2) -> tuple:
 
 def bits(key, shape: Sequence[int] = ()) -> jax.Array:
     """`jax.random.bits(key, shape)` (`uint32`) for one key."""
-    key = jnp.asarray(key) if not isinstance(key, jax.Array) else key
+    key, fast = _as_key(key)
     shape = tuple(shape)
-    if not _threefry(key):
+    if not fast:
         return jax.random.bits(key, shape)
     if int(np.prod(shape)) >= 2**32:
         raise ValueError(f"bits: {shape} holds more values than 32-bit counters number")
@@ -127,8 +133,8 @@ def bits(key, shape: Sequence[int] = ()) -> jax.Array:
 
 def uniform(key, shape: Sequence[int] = (), minval=0.0, maxval=1.0) -> jax.Array:
     """`jax.random.uniform(key, shape, jnp.float32, minval, maxval)` for one key."""
-    key = jnp.asarray(key) if not isinstance(key, jax.Array) else key
-    if not _threefry(key):
+    key, fast = _as_key(key)
+    if not fast:
         return jax.random.uniform(key, tuple(shape), jnp.float32, minval, maxval)
     # 23 random mantissa bits under the exponent of 1.0: a float in [1, 2), shifted to [0, 1).
     one = bits(key, shape) >> np.uint32(32 - 23) | np.array(1.0, np.float32).view(np.uint32)

@@ -1,9 +1,12 @@
 """How the `(P, [M,] B)` episodes of a population are laid out for XLA.
 
 Members run in **chunks** of a fixed shape: `C` members with all their episodes, `C` chosen
-from the episodes per member (`chunk_members`: about `CHUNK_EPISODES` episodes per chunk) and,
-for a population smaller than that, the power of two that holds its members (on this device),
-so a small population or an evaluation of two policies is not padded to a full chunk.
+from the episodes per member (`chunk_members`: about `Layout.chunk_episodes` episodes per
+chunk) and, for a population smaller than that, the power of two that holds its members (on
+this device), so a small population or an evaluation of two policies is not padded to a full
+chunk. The `Layout` depends on the device (`for_platform`): on a CPU chunks of about 512
+episodes that stay in cache, the exit condition checked after every step; on a GPU or TPU the
+device's whole population in one chunk, the condition checked every 8 steps.
 Inside a chunk, nested `vmap`s over members, env-param sets and episodes (`over_episodes`)
 let a member's episodes share its parameters: its policy runs as one batched matmul per
 layer, and no parameters are copied per episode.
@@ -24,7 +27,9 @@ which run long finish together rather than one after another in a mostly empty c
 steps each chunk of them in a `lax.while_loop` until a quarter of its members are done (a
 single chunk: until its survivors fit the next width), then the next pass packs the
 survivors again; once they fit in half a chunk they run in a chunk of that width (`widths`)
-until done, so finished members stop costing. Parameters and episode keys are only read: a
+until done, so finished members stop costing (a chunk checks whether it may stop every
+`Layout.steps_per_check` steps; finished episodes ride along masked, so steps past the
+check's point change nothing). Parameters and episode keys are only read: a
 chunk gathers its members' rows once and steps them many times, and writes back their
 carries and step counts (each member carries its own step count).
 
@@ -35,18 +40,40 @@ shared. Without an env-param batch (`meta=False`) the `M` level does not exist.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from popeval.episode import Carry, Episode
 
-__all__ = ["over_episodes", "episode_keys", "chunk_members", "trajectories", "fitness", "CHUNK_EPISODES"]
+__all__ = ["Layout", "CPU", "ACCELERATOR", "for_platform", "over_episodes", "episode_keys", "chunk_members",
+           "trajectories", "fitness", "CHUNK_EPISODES"]
 
-#: About this many episodes run side by side in one chunk: enough for the step's fixed costs
-#: to be small next to its work on a CPU, small enough for a chunk to stay in cache.
+
+class Layout(NamedTuple):
+    """How one device steps its members' episodes (`for_platform` picks it)."""
+
+    chunk_episodes: int | None  # about this many episodes per chunk; None: all members in one chunk
+    # (of the power of two members that holds them, like a population smaller than a chunk)
+    steps_per_check: int  # steps a chunk takes between two checks of whether it may stop
+
+
+#: About this many episodes run side by side in one chunk on a CPU: enough for the step's fixed
+#: costs to be small next to its work, small enough for a chunk to stay in cache.
 CHUNK_EPISODES = 512
+#: CPUs: cache-sized chunks, and a check after every step (a reduction on the same core,
+#: cheap next to the step).
+CPU = Layout(CHUNK_EPISODES, 1)
+#: GPUs and TPUs: one chunk (wide kernels, no chunk after chunk), and a check every 8 steps:
+#: a dynamic loop's exit condition is read back by the host at each iteration, which on an
+#: H200 cost more than a step of 4,096 CartPole episodes (experiments/README.md, GPU).
+ACCELERATOR = Layout(None, 8)
+
+
+def for_platform(platform: str) -> Layout:
+    """The layout for devices of `platform` (`jax.Device.platform`: "cpu", "gpu", "tpu"...)."""
+    return CPU if platform == "cpu" else ACCELERATOR
 
 
 def over_episodes(fn: Callable, meta: bool, varies: tuple[str, ...]) -> Callable:
@@ -66,21 +93,26 @@ def episode_keys(keys, env_params, meta: bool):
     return jnp.broadcast_to(keys[:, None], (keys.shape[0], m) + keys.shape[1:])
 
 
-def chunk_members(episodes_per_member: int, num_members: int | None = None) -> int:
+def chunk_members(episodes_per_member: int, num_members: int | None = None,
+                  chunk_episodes: int | None = CHUNK_EPISODES) -> int:
     """Members per chunk for `num_members` members with `episodes_per_member` episodes
-    (`M x B`) each: `CHUNK_EPISODES // episodes_per_member`, or, for a smaller population,
+    (`M x B`) each: `chunk_episodes // episodes_per_member`, or, for a smaller population,
     the power of two that holds it (so a small population is not padded to a full chunk,
-    and population sizes share few chunk shapes)."""
-    size = max(1, CHUNK_EPISODES // episodes_per_member)
-    if num_members is not None and num_members < size:
-        size = 1 << max(0, num_members - 1).bit_length()
-    return size
+    and population sizes share few chunk shapes). `chunk_episodes=None`: no cap, the power of
+    two that holds all `num_members` (one chunk)."""
+    holds = None if num_members is None else 1 << max(0, num_members - 1).bit_length()
+    if chunk_episodes is None:
+        if holds is None:
+            raise ValueError("chunk_episodes=None (one chunk) needs num_members")
+        return holds
+    size = max(1, chunk_episodes // episodes_per_member)
+    return holds if holds is not None and num_members < size else size
 
 
-def _chunked(keys, pop_params):
+def _chunked(keys, pop_params, layout: Layout):
     """`(C, num_chunks, keys, pop_params)`, both padded to `num_chunks * C` members."""
     num_members = keys.shape[0]
-    size = chunk_members(keys[0].size, num_members)
+    size = chunk_members(keys[0].size, num_members, layout.chunk_episodes)
     num_chunks = -(-num_members // size)
     pad = num_chunks * size - num_members
     if pad:
@@ -89,11 +121,11 @@ def _chunked(keys, pop_params):
     return size, num_chunks, keys, pop_params
 
 
-def trajectories(single: Callable, keys, pop_params, env_params, obs_stats, meta: bool):
+def trajectories(single: Callable, keys, pop_params, env_params, obs_stats, meta: bool, layout: Layout = CPU):
     """`single(key, params, env_params, obs_stats)` over `(P, [M,] B)`, chunk by chunk."""
     keys = episode_keys(keys, env_params, meta)
     num_members = keys.shape[0]
-    size, num_chunks, keys, pop_params = _chunked(keys, pop_params)
+    size, num_chunks, keys, pop_params = _chunked(keys, pop_params, layout)
     fn = over_episodes(single, meta, ("PMB", "P", "M", ""))
     split = lambda x: x.reshape((num_chunks, size) + x.shape[1:])  # noqa: E731
     out = jax.lax.map(lambda c: fn(c[0], c[1], env_params, obs_stats), jax.tree.map(split, (keys, pop_params)))
@@ -119,12 +151,12 @@ def widths(size: int, compaction: bool = True) -> tuple[int, ...]:
 
 
 def fitness(episode: Episode, num_steps: int, keys, pop_params, env_params, obs_stats, meta: bool,
-            compaction: bool = True) -> Carry:
+            compaction: bool = True, layout: Layout = CPU) -> Carry:
     """The final `(P, [M,] B)` carries, each episode stepped until done or `num_steps`."""
     compaction = compaction and num_steps > 1  # one-step episodes cannot end early: no passes
     keys = episode_keys(keys, env_params, meta)
     num_members = keys.shape[0]
-    size, num_chunks, keys, pop_params = _chunked(keys, pop_params)
+    size, num_chunks, keys, pop_params = _chunked(keys, pop_params, layout)
     init = over_episodes(episode.init, meta, ("PMB", "M"))
     split = lambda x: x.reshape((num_chunks, size) + x.shape[1:])  # noqa: E731
     merge = lambda x: x.reshape((num_chunks * size,) + x.shape[2:])  # noqa: E731
@@ -154,12 +186,17 @@ def fitness(episode: Episode, num_steps: int, keys, pop_params, env_params, obs_
             def cond(loop):
                 return jnp.sum(live(*loop)) > floor
 
-            def body(loop):
+            def advance(loop):
                 t, c = loop
                 # A member that has taken its num_steps steps rides along (its slot is in the
                 # chunk) but stops counting: its episodes are over.
                 within = (t < num_steps).reshape((-1,) + (1,) * (c.alive.ndim - 1))
                 return t + 1, step(t, c_keys, c._replace(alive=c.alive & within), c_params, env_params)
+
+            def body(loop):  # finished episodes ride along masked, so extra steps change nothing
+                if layout.steps_per_check == 1:
+                    return advance(loop)
+                return jax.lax.fori_loop(0, layout.steps_per_check, lambda _, loop: advance(loop), loop)
 
             c_t, c_carry = jax.lax.while_loop(cond, body, (c_t, c_carry))
             put = lambda buf, x: buf.at[idx].set(x, unique_indices=True)  # noqa: E731

@@ -135,6 +135,7 @@ class RolloutWrapper:
         self.obs_normalization = bool(obs_normalization)
         self.compaction = bool(compaction)
         self.devices = sharding.resolve_devices(devices)
+        self.layout = layouts.for_platform(self.devices[0].platform)
 
         if num_env_steps is None:
             limit = int(jnp.max(jnp.asarray(self.env_params.max_steps_in_episode)))
@@ -185,12 +186,12 @@ class RolloutWrapper:
 
     def _population_rollout_fn(self, keys, pop_params, env_params, obs_stats):
         meta = self._is_param_batch(env_params)
-        return layouts.trajectories(self._single_fn, keys, pop_params, env_params, obs_stats, meta)
+        return layouts.trajectories(self._single_fn, keys, pop_params, env_params, obs_stats, meta, self.layout)
 
     def _population_fitness_fn(self, keys, pop_params, env_params, obs_stats):
         meta = self._is_param_batch(env_params)
         carry = layouts.fitness(self.episode, self.num_env_steps, keys, pop_params, _opaque(env_params),
-                                obs_stats, meta, self.compaction)
+                                obs_stats, meta, self.compaction, self.layout)
         stats = None
         if self.obs_normalization:
             members = carry.ret.shape[0]

@@ -292,27 +292,32 @@ def test_compaction_cartpole():
 @pytest.mark.parametrize("env_id,num_steps", [("CartPole-v1", 61), ("Pendulum-v1", 67), ("Breakout-MinAtar", 203)])
 def test_the_accelerator_layout_gives_the_same_bits(env_id, num_steps, monkeypatch):
     """GPUs and TPUs run a device's members in one chunk that checks whether it may stop every
-    8 steps (`layouts.ACCELERATOR`). Forced on the CPU here: fitness == trajectory == the CPU
+    8 steps (`layouts.ACCELERATOR`), CPUs in chunks of ~512 episodes that check every step
+    (`layouts.CPU`). Each forced in turn on this platform: fitness == trajectory == the other
     layout, to the bit, with and without compaction, with a step budget that is no multiple of
     8 (members that used it up ride along for the rest of the 8 steps and must not count)."""
     assert layouts.for_platform("cpu") == layouts.CPU
     assert layouts.for_platform("gpu") == layouts.for_platform("tpu") == layouts.ACCELERATOR
     assert layouts.chunk_members(8, 37, None) == 64 and layouts.chunk_members(8, 4096, None) == 4096
+    platform = jax.local_devices()[0].platform
+    assert RolloutWrapper(None, env_name=env_id, devices=1).layout == layouts.for_platform(platform)
     env, params = make(env_id)
     policy, pop = mlp_population(env, params, 37, seed=8, hidden_sizes=(16,))
     keys = jax.random.split(jax.random.key(6), 4)
-    cpu = RolloutWrapper(policy.apply, env_name=env_id, num_env_steps=num_steps, devices=1)
-    assert cpu.layout == layouts.CPU
-    cpu = jax.device_get(cpu.population_fitness(keys, pop))
+
+    def wrapper(layout, compaction=True):
+        monkeypatch.setattr(layouts, "for_platform", lambda platform: layout)
+        w = RolloutWrapper(policy.apply, env_name=env_id, num_env_steps=num_steps, compaction=compaction, devices=1)
+        assert w.layout == layout
+        return w
+
+    cpu = jax.device_get(wrapper(layouts.CPU).population_fitness(keys, pop))
     lengths = np.asarray(cpu.lengths)
     early, budget = lengths.min() < num_steps, lengths.max() == num_steps
     assert (early, budget) == {"CartPole-v1": (True, True), "Pendulum-v1": (False, True),
                                "Breakout-MinAtar": (True, False)}[env_id], (env_id, lengths.min(), lengths.max())
-    monkeypatch.setattr(layouts, "for_platform", lambda platform: layouts.ACCELERATOR)
     for compaction in (True, False):
-        w = RolloutWrapper(policy.apply, env_name=env_id, num_env_steps=num_steps, compaction=compaction, devices=1)
-        assert w.layout == layouts.ACCELERATOR
-        fit, traj = both(w, keys, pop)
+        fit, traj = both(wrapper(layouts.ACCELERATOR, compaction), keys, pop)
         assert_fitness_matches_rollout(fit, traj, f"{env_id} accelerator layout compaction={compaction}")
         np.testing.assert_array_equal(fit.returns, cpu.returns, err_msg=f"{env_id}: accelerator vs CPU layout")
         np.testing.assert_array_equal(fit.lengths, cpu.lengths)

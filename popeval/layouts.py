@@ -100,13 +100,12 @@ def chunk_members(episodes_per_member: int, num_members: int | None = None,
     the power of two that holds it (so a small population is not padded to a full chunk,
     and population sizes share few chunk shapes). `chunk_episodes=None`: no cap, the power of
     two that holds all `num_members` (one chunk)."""
-    holds = None if num_members is None else 1 << max(0, num_members - 1).bit_length()
-    if chunk_episodes is None:
-        if holds is None:
-            raise ValueError("chunk_episodes=None (one chunk) needs num_members")
-        return holds
-    size = max(1, chunk_episodes // episodes_per_member)
-    return holds if holds is not None and num_members < size else size
+    size = None if chunk_episodes is None else max(1, chunk_episodes // episodes_per_member)
+    if num_members is not None and (size is None or num_members < size):
+        return 1 << max(0, num_members - 1).bit_length()
+    if size is None:
+        raise ValueError("chunk_episodes=None (one chunk) needs num_members")
+    return size
 
 
 def _chunked(keys, pop_params, layout: Layout):

@@ -237,6 +237,7 @@ class RolloutWrapper:
     def population_rollout(self, keys, pop_params, env_params=None, obs_stats=None):
         """`P x B` episodes: outputs `(P, [M,] B, T, ...)`, `cum_return` `(P, [M,] B)`."""
         keys, env_params, obs_stats = self._prepare(keys, pop_params, env_params, obs_stats, True)
+        keys, pop_params = sharding.place_members((keys, pop_params), self.devices)
         return self._population_rollout(keys, pop_params, env_params, obs_stats)
 
     def population_fitness(self, keys, pop_params, env_params=None, obs_stats=None) -> FitnessResult:
@@ -245,6 +246,7 @@ class RolloutWrapper:
         Memory does not grow with `T`; stepping stops once every episode is done.
         """
         keys, env_params, obs_stats = self._prepare(keys, pop_params, env_params, obs_stats, True)
+        keys, pop_params = sharding.place_members((keys, pop_params), self.devices)
         return self._population_fitness(keys, pop_params, env_params, obs_stats)
 
     def episode_states(self, key, policy_params, env_params=None, obs_stats=None, max_steps=None):

@@ -139,8 +139,9 @@ def test_compiler_options_on_cpu_and_an_xla_flags_override():
 
 
 # ----------------------------------------------------------------------------- RolloutWrapper
-#: 3 devices split P=10 as 4+4+2 (padded); the evolve tests above cover 2 and 4 devices.
-WRAPPER_DEVICE_COUNTS = (1, 3)
+#: 2 devices split P=10 as 5+5 (the arguments placed before the call, `sharding.place_members`),
+#: 3 devices as 4+4+2 (padded inside the program); the evolve tests above cover 2 and 4 devices.
+WRAPPER_DEVICE_COUNTS = (1, 2, 3)
 WRAPPER_CASES = {  # name -> (env id, RolloutWrapper kwargs)
     "Pendulum-v1": ("Pendulum-v1", {}),
     "Acrobot-v1": ("Acrobot-v1", {"env_kwargs": {"max_steps_in_episode": 200}, "obs_normalization": True}),
@@ -172,8 +173,8 @@ WRAPPER_SCRIPT = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def wrapper_runs():
-    """`{devices: results}`: population_fitness / population_rollout of P=10 members (4+4+2
-    on 3 devices, padded) in a fresh interpreter per device count."""
+    """`{devices: results}`: population_fitness / population_rollout of P=10 members (5+5 on 2
+    devices, 4+4+2 on 3, padded) in a fresh interpreter per device count."""
     env = subprocess_env()
     procs = {n: subprocess.Popen([sys.executable, "-c", WRAPPER_SCRIPT, json.dumps(WRAPPER_CASES)],
                                  env={**env, "JAX_NUM_CPU_DEVICES": str(n)}, text=True,
@@ -190,9 +191,9 @@ def wrapper_runs():
 
 @pytest.mark.parametrize("name", WRAPPER_CASES)
 def test_wrapper_results_identical_across_device_counts(wrapper_runs, name):
-    """Bit-identical fitness, trajectories and statistics on 1 and 3 devices. CartPole and
+    """Bit-identical fitness, trajectories and statistics on 1, 2 and 3 devices. CartPole and
     Acrobot are the exception the README states: XLA compiles the per-device batch (10 or 4
-    members) into different code, their states differ in the last bits (so do the observation
+    or 5 or 4 members) into different code, their states differ in the last bits (so do the observation
     statistics), and a balancing pole amplifies that over hundreds of steps; over 60 (200)
     steps the returns and lengths still agree."""
     one = wrapper_runs[1][name]
@@ -214,3 +215,39 @@ def test_wrapper_devices_argument_is_checked():
     with pytest.raises(ValueError, match="JAX_NUM_CPU_DEVICES"):
         RolloutWrapper(None, env_name="CartPole-v1", devices=10_000)
     assert len(RolloutWrapper(None, env_name="CartPole-v1", devices=1).devices) == 1
+
+
+PLACE_SCRIPT = textwrap.dedent("""
+    import jax, jax.numpy as jnp, numpy as np
+    from popeval import sharding
+    devices = sharding.resolve_devices(None)
+    assert len(devices) == 2
+    keys = jax.random.split(jax.random.key(0), 12).reshape(6, 2)
+    params = {"w": jnp.arange(6 * 5, dtype=jnp.float32).reshape(6, 5), "b": np.ones((6, 3), np.int32)}
+    placed_keys, placed = sharding.place_members((keys, params), devices)
+    for before, after in zip(jax.tree.leaves((keys, params)), jax.tree.leaves((placed_keys, placed))):
+        assert after.sharding.device_set == set(devices), after.sharding
+        assert [s.data.shape[0] for s in after.addressable_shards] == [3, 3]
+    assert jax.random.key_impl(placed_keys) == jax.random.key_impl(keys)
+    assert (jax.random.key_data(placed_keys) == jax.random.key_data(keys)).all()
+    assert (np.asarray(placed["w"]) == np.asarray(params["w"])).all() and (np.asarray(placed["b"]) == 1).all()
+    again = sharding.place_members(placed, devices)
+    assert all(a is b for a, b in zip(jax.tree.leaves(again), jax.tree.leaves(placed))), "re-placed"
+    odd = {"w": jnp.zeros((5, 2))}  # 5 members on 2 devices: the program pads, nothing is placed
+    assert sharding.place_members(odd, devices) is odd
+    assert sharding.place_members(params, devices[:1]) is params
+    seen = []
+    jax.jit(lambda p: seen.append(sharding.place_members(p, devices) is p))(params)
+    assert seen == [True], "placed inside a trace"
+    print("ok")
+""")
+
+
+def test_place_members_splits_the_member_axis_without_changing_values():
+    """On two CPU devices `place_members` lays every leaf (typed keys included) out as the
+    sharded programs take it, with the same values; leaves already laid out so, a member count
+    the devices do not divide, one device and traced arguments are left as given."""
+    out = subprocess.run([sys.executable, "-c", PLACE_SCRIPT], capture_output=True, text=True,
+                         env={**subprocess_env(), "JAX_NUM_CPU_DEVICES": "2"}, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().endswith("ok")

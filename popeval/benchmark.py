@@ -57,34 +57,28 @@ _CHILD = "POPEVAL_BENCH_DEVICES"  # set in a device-count subprocess: the count 
 MB = 2**20
 
 
-def placed(args: tuple, devices: int) -> tuple:
-    """`(keys, pop_params, env_params)` with the parameters split over the first `devices`
-    local devices as a multi-device program takes them (`sharding.place_members`, what
-    `RolloutWrapper`'s methods do before a call from Python)."""
-    keys, pop_params, env_params = args
-    return keys, sharding.place_members(pop_params, sharding.resolve_devices(devices)), env_params
-
-
 def prepare(fn: Callable, args: tuple, max_mem_bytes: float, devices: int = 1,
             options: dict | None = None) -> tuple[dict, Any, Any]:
     """Compiles `fn(*args)` (a program on `devices` devices, XLA compiler `options`) ahead of
-    time and warms it up: `(stats, compiled or None, the warm-up's output or None)`. On
-    several devices the compiled callable places the parameters first (`placed`), inside the
-    timed call, as a user's call from Python does.
+    time and warms it up: `(stats, compiled or None, the warm-up's output or None)`. On several
+    devices each call first splits the parameters over them, as `RolloutWrapper`'s methods do.
 
     A program whose XLA temp + output buffers exceed `max_mem_bytes` is compiled but not
     run (`time_s` None): on a shared machine it could take the memory of other processes. A
     warm-up call over `SLOW_CALL_S` seconds is the program's one timing (`compiled` None).
     """
+    def placed(keys, pop_params, env_params):
+        return keys, sharding.place_members(pop_params, sharding.resolve_devices(devices)), env_params
+
     t0 = time.perf_counter()
-    compiled = jax.jit(fn).lower(*placed(args, devices)).compile(options)
+    compiled = jax.jit(fn).lower(*placed(*args)).compile(options)
     compile_s = time.perf_counter() - t0
     mem_bytes = bp.xla_bytes(compiled, devices)
     stats = {"compile_s": compile_s, "time_s": None, "times_s": [], "mem_bytes": mem_bytes}
     if mem_bytes is not None and mem_bytes > max_mem_bytes:
         return stats, None, None
     if devices > 1:
-        compiled = partial(lambda program, *a: program(*placed(a, devices)), compiled)
+        compiled = partial(lambda program, *a: program(*placed(*a)), compiled)
     t0 = time.perf_counter()
     out = jax.block_until_ready(compiled(*args))
     warm_up = time.perf_counter() - t0

@@ -121,7 +121,8 @@ def place_members(tree: Any, devices: tuple) -> Any:
     program's boundary, slice by slice (Breakout's 512 members hold 26 MB of parameters: 6-12
     ms a call on two CPU devices, a third of the evaluation). CPU devices share the host's
     memory, so each device's part is a view of the same memory (no copy; the arrays are
-    immutable); other devices get `jax.device_put`. Leaves already laid out so are kept.
+    immutable); other devices get `jax.device_put`. Leaves already laid out so, or spanning
+    several processes, are kept.
     Returns `tree` as given on one device, inside a trace (the enclosing program places its
     arguments), and for a member count that is not a multiple of the device count (the
     program pads it)."""
@@ -135,8 +136,8 @@ def place_members(tree: Any, devices: tuple) -> Any:
 
     def one(x):
         sharding = getattr(x, "sharding", None)
-        if sharding is not None and sharding.is_equivalent_to(target, x.ndim):
-            return x
+        if sharding is not None and (sharding.is_equivalent_to(target, x.ndim) or not x.is_fully_addressable):
+            return x  # laid out already, or spanning other processes (the program decides)
         if not on_host or (sharding is not None and any(d.platform != "cpu" for d in sharding.device_set)):
             return jax.device_put(x, target)
         raw = np.asarray(keys.to_raw(x))  # a view of a CPU array's buffer

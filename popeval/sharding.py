@@ -89,6 +89,11 @@ def resolve_devices(devices: Any) -> tuple:
     return devices
 
 
+def _mesh(devices: Any) -> Mesh:
+    """The one-axis (`AXIS`) mesh of `devices`."""
+    return Mesh(np.array(devices), (AXIS,))
+
+
 def _pad_members(tree: Any, pad: int) -> Any:
     return jax.tree.map(lambda x: jnp.concatenate([x, jnp.repeat(x[-1:], pad, axis=0)]), tree)
 
@@ -99,7 +104,7 @@ def shard_members(fn: Callable, devices: tuple) -> Callable:
     the member axis first. One device: `fn` itself."""
     if len(devices) == 1:
         return fn
-    mesh = Mesh(np.array(devices), (AXIS,))
+    mesh = _mesh(devices)
     member, whole = PartitionSpec(AXIS), PartitionSpec()
 
     def sharded(keys_, pop_params, *shared):
@@ -131,7 +136,7 @@ def place_members(tree: Any, devices: tuple) -> Any:
         return tree
     if any(np.ndim(x) == 0 or np.shape(x)[0] % len(devices) for x in leaves):
         return tree
-    target = NamedSharding(Mesh(np.array(devices), (AXIS,)), PartitionSpec(AXIS))
+    target = NamedSharding(_mesh(devices), PartitionSpec(AXIS))
     on_host = all(d.platform == "cpu" for d in devices)
 
     def one(x):
@@ -182,7 +187,7 @@ class Replicated:
             raise ValueError(f"a multi-process generation runs on all {len(every)} global devices, not {devices}")
         self._all = every[:devices]
         self._devices = [d for d in self._all if d.process_index == jax.process_index()]
-        mesh = Mesh(np.array(self._all), (AXIS,))
+        mesh = _mesh(self._all)
         self._stacked = NamedSharding(mesh, PartitionSpec(AXIS))
 
         def one_copy(*args):  # this device's copy of every argument -> of every output
@@ -238,7 +243,7 @@ def split_leading(tree: Any, devices: int) -> Any:
     Raises:
         ValueError when the leading axis is not a multiple of `devices`.
     """
-    stacked = NamedSharding(Mesh(np.array(jax.local_devices()[:devices]), (AXIS,)), PartitionSpec(AXIS))
+    stacked = NamedSharding(_mesh(jax.local_devices()[:devices]), PartitionSpec(AXIS))
 
     def one(x):
         if x.shape[0] % devices:

@@ -29,8 +29,9 @@ import jax
 
 from popeval import benchmark_programs as bp
 from popeval import sharding
-from popeval.benchmark_checks import (EAGER_ENVS, EAGER_STEPS, MEMORY, QUICK_EAGER_STEPS, QUICK_MEMORY, eager_check,
-                                      format_eager, format_memory, memory_check, wait_for_quiet)
+from popeval.benchmark_checks import (EAGER_ENVS, EAGER_STEPS, MB, MEMORY, QUICK_EAGER_STEPS, QUICK_MEMORY,
+                                      eager_check, format_eager, format_memory, memory_check, time_interleaved,
+                                      wait_for_quiet)
 from popeval.environments import registered_envs
 
 #: workload -> num_env_steps (None: the env's own episode limit)
@@ -47,38 +48,39 @@ COLUMNS = {  # what the result rows' numbers are
     "time_s": "median wall seconds per evaluation (None: not run, its buffers exceed max_mem_mb)",
     "times_s": f"the timed calls (one, the warm-up, when it took over {SLOW_CALL_S:.0f} s)",
     "compile_s": "trace + lower + compile seconds", "devices": "devices the program runs on",
+    "parts": "parts run side by side on threads (RolloutWrapper's threads; one program each, of P / parts members)",
     "load_before": "1-minute load average when the workload started (after --quiet-below's wait)",
     "env_steps": "steps before done (fused limit: all P*B*T steps)", "steps_per_s": "env_steps / time_s",
-    "min_length": "shortest episode (steps before done)", "mem_bytes": "XLA temp + output buffer bytes, all devices",
+    "min_length": "shortest episode (steps before done)", "mem_bytes": "XLA temp + output buffer bytes, all devices and parts",
     "live_over_limit": "steps_per_s / the fused limit's steps_per_s at the same device count (popeval rows)",
     "speedup_vs_gymnax_best": "gymnax best case time_s / time_s",
     "speedup_vs_gymnax_same_options": "gymnax best, popeval opts time_s / time_s (None: no such row)"}
 _CHILD = "POPEVAL_BENCH_DEVICES"  # set in a device-count subprocess: the count it must have
-MB = 2**20
 
 
 def prepare(fn: Callable, args: tuple, max_mem_bytes: float, devices: int = 1,
-            options: dict | None = None) -> tuple[dict, Any, Any]:
-    """Compiles `fn(*args)` (a program on `devices` devices, XLA compiler `options`) ahead of
-    time and warms it up: `(stats, compiled or None, the warm-up's output or None)`. On several
-    devices each call first splits the parameters over them, as `RolloutWrapper`'s methods do.
+            options: dict | None = None, parts: int = 1) -> tuple[dict, Any, Any]:
+    """Compiles `fn(*args)` ahead of time (on `devices` devices, XLA `options`, for one of `parts`
+    parts) and warms it up: `(stats, compiled or None, the warm-up's output or None)`. A call
+    splits the parameters into `parts` parts over the devices, run side by side on threads, as
+    `RolloutWrapper`'s calls from Python do.
 
     A program whose XLA temp + output buffers exceed `max_mem_bytes` is compiled but not
     run (`time_s` None): on a shared machine it could take the memory of other processes. A
     warm-up call over `SLOW_CALL_S` seconds is the program's one timing (`compiled` None).
     """
-    def placed(keys, pop_params, env_params):
-        return keys, sharding.place_members(pop_params, sharding.resolve_devices(devices)), env_params
-
+    split = partial(sharding.split_members, devices=sharding.resolve_devices(devices), parts=parts)
     t0 = time.perf_counter()
-    compiled = jax.jit(fn).lower(*placed(*args)).compile(options)
+    program = jax.jit(fn).lower(args[0], split(args[1])[0], *args[2:]).compile(options)
     compile_s = time.perf_counter() - t0
-    mem_bytes = bp.xla_bytes(compiled, devices)
+    mem_bytes = None if bp.xla_bytes(program, devices) is None else parts * bp.xla_bytes(program, devices)
     stats = {"compile_s": compile_s, "time_s": None, "times_s": [], "mem_bytes": mem_bytes}
     if mem_bytes is not None and mem_bytes > max_mem_bytes:
         return stats, None, None
-    if devices > 1:
-        compiled = partial(lambda program, *a: program(*placed(*a)), compiled)
+
+    def compiled(keys, pop_params, *rest):
+        return sharding.run_parts(lambda part: program(keys, part, *rest), split(pop_params))
+
     t0 = time.perf_counter()
     out = jax.block_until_ready(compiled(*args))
     warm_up = time.perf_counter() - t0
@@ -87,29 +89,15 @@ def prepare(fn: Callable, args: tuple, max_mem_bytes: float, devices: int = 1,
     return stats, compiled, out
 
 
-def time_interleaved(compiled: dict[str, Any], args: tuple, repeats: int) -> dict[str, list[float]]:
-    """`repeats` timed calls of each program, taken in turns (one call of each, then the
-    next round), so a load change on a shared machine falls on every row alike."""
-    times: dict[str, list[float]] = {name: [] for name in compiled}
-    for _ in range(repeats):
-        for name, fn in compiled.items():
-            t0 = time.perf_counter()
-            jax.block_until_ready(fn(*args))
-            times[name].append(time.perf_counter() - t0)
-    return times
-
-
 def bench_workload(workload: str, num_steps: int | None, pop_size: int, num_rollouts: int, repeats: int,
                    max_mem_bytes: float = float("inf"), impls: tuple[str, ...] = bp.IMPLS,
                    log: Callable[[str], None] = print) -> list[dict]:
     """The rows of one workload and population size (ratios: `add_ratios`): every program is
     compiled and warmed up, then timed `repeats` times in turns (`time_interleaved`)."""
-    pop = bp.population(workload, pop_size, num_steps)
-    keys = jax.random.split(jax.random.key(1), num_rollouts)
-    args = (keys, pop.pop_params, pop.env_params)
-    rows, compiled = {}, {}
+    pop, keys = bp.population(workload, pop_size, num_steps), jax.random.split(jax.random.key(1), num_rollouts)
+    args, rows, compiled = (keys, pop.pop_params, pop.env_params), {}, {}
     for impl, prog in bp.programs(pop, keys, impls).items():
-        stats, fn, out = prepare(prog.fn, args, max_mem_bytes, prog.devices, prog.options)
+        stats, fn, out = prepare(prog.fn, args, max_mem_bytes, prog.devices, prog.options, prog.parts)
         lengths = None if out is None else prog.lengths(out)
         del out
         if fn is not None:
@@ -117,7 +105,7 @@ def bench_workload(workload: str, num_steps: int | None, pop_size: int, num_roll
         steps = None if lengths is None else (
             pop_size * num_rollouts * pop.num_env_steps if prog.all_steps else int(lengths.sum()))
         rows[impl] = {"workload": workload, "env": pop.env_id, "pop_size": pop_size, "num_rollouts": num_rollouts,
-                      "num_env_steps": pop.num_env_steps, "devices": prog.devices, "impl": impl, **stats,
+                      "num_env_steps": pop.num_env_steps, "devices": prog.devices, "parts": prog.parts, "impl": impl, **stats,
                       "env_steps": steps, "min_length": None if lengths is None else int(lengths.min())}
         if workload == bp.TRAINED and lengths is not None and rows[impl]["min_length"] < pop.num_env_steps:
             raise RuntimeError(f"{workload}: an episode of {impl} ended after {rows[impl]['min_length']} steps; "

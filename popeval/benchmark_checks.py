@@ -1,12 +1,14 @@
 """The benchmark's checks besides the timed rows: the fitness path's memory, eager `env.step`
-calls in a Python loop (`popeval.benchmark` prints and saves both), and waiting for a quiet
-machine before a workload (`wait_for_quiet`)."""
+calls in a Python loop (`popeval.benchmark` prints and saves both), waiting for a quiet
+machine before a workload (`wait_for_quiet`), and timing the rows' programs in turns
+(`time_interleaved`)."""
 
 from __future__ import annotations
 
 import os
 import time
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import numpy as np
@@ -23,6 +25,8 @@ MEMORY_TARGET_MB = 2048.0
 EAGER_ENVS, EAGER_STEPS, QUICK_EAGER_STEPS = ("CartPole-v1", "Breakout-MinAtar"), 2000, 50
 #: The longest `wait_for_quiet` waits before it gives up (and says so).
 QUIET_WAIT_S = 300.0
+#: A program faster than this is called once untimed before each timed call (`time_interleaved`).
+REWARM_S = 1.0
 
 
 def wait_for_quiet(below: float | None, log: Callable[[str], None], poll_s: float = 5.0) -> float | None:
@@ -113,3 +117,20 @@ def format_memory(m: dict) -> str:
             f"memory over T: {g['env']} fitness path, P={g['pop_size']} B={g['num_rollouts']}: XLA temp+output "
             + ", ".join(f"T={t} {mb(b)}" for t, b in zip(g["num_env_steps"], g["xla_bytes"]))
             + f"; does not grow with T: {'PASS' if g['passed'] else 'FAIL'}")
+
+
+def time_interleaved(compiled: dict[str, Any], args: tuple, repeats: int) -> dict[str, list[float]]:
+    """`repeats` timed calls of each program, taken in turns (one call of each, then the next
+    round), so a load change on a shared machine falls on every row alike. A program whose last
+    call took under `REWARM_S` is first called once untimed, so it is timed warm as an ES loop's
+    back-to-back calls run, not right after another row's long program (Breakout's 25 ms call
+    ran 35-45 ms right after gymnax's 3 s one or a second's idling)."""
+    times: dict[str, list[float]] = {name: [] for name in compiled}
+    for _ in range(repeats):
+        for name, fn in compiled.items():
+            if not times[name] or times[name][-1] < REWARM_S:
+                jax.block_until_ready(fn(*args))
+            t0 = time.perf_counter()
+            jax.block_until_ready(fn(*args))
+            times[name].append(time.perf_counter() - t0)
+    return times

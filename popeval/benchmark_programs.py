@@ -74,6 +74,7 @@ class Program(NamedTuple):
     devices: int  # devices it runs on
     all_steps: bool = False  # its steps/s counts all P*B*T steps, not just those before done
     options: Any = None  # XLA compiler options (None: XLA's defaults)
+    parts: int = 1  # run as this many parts on threads, as `RolloutWrapper` does (`sharding.member_parts`)
 
 
 def episode_lengths(done: Any) -> np.ndarray:
@@ -229,19 +230,24 @@ def programs(pop: Population, keys: jax.Array, impls: tuple[str, ...] = IMPLS) -
     if unknown:
         raise ValueError(f"unknown impl(s) {sorted(unknown)}; choose from {list(IMPLS)}")
     out: dict[str, Program] = {}
+    # popeval's rows and the fused limit run on all local devices, in the parts on threads that
+    # the wrapper's calls from Python make; compiled here inside another program, so with the
+    # options the wrapper compiles with.
+    devices = jax.local_devices()
+    num_members = jax.tree.leaves(pop.pop_params)[0].shape[0]
+    parts = sharding.member_parts(tuple(devices), num_members, num_members * keys.shape[0])
     for name, compaction in (("popeval fitness", True), ("popeval fitness nc", False)):
         w = RolloutWrapper(pop.policy.apply, env_name=pop.env_id, num_env_steps=pop.num_env_steps,
                            compaction=compaction)
-        devices = len(getattr(w, "devices", ())) or 1  # all local devices, if the wrapper shards
-        # Compiled here inside another program: with the options the wrapper compiles with.
         out[name] = Program(lambda k, p, e, w=w: w.population_fitness(k, p, e), lambda r: np.asarray(r.lengths),
-                            devices, options=compiler.options())
+                            len(devices), options=compiler.options(), parts=parts)
         if compaction:
             out["popeval trajectory"] = Program(lambda k, p, e, w=w: w.population_rollout(k, p, e),
-                                                lambda r: episode_lengths(r[4]), devices, options=compiler.options())
-    devices = jax.local_device_count()
-    out["fused limit"] = Program(fused_limit(pop.env, pop.policy, pop.num_env_steps, devices),
-                                 lambda r: np.asarray(r[1]), devices, all_steps=True, options=compiler.options())
+                                                lambda r: episode_lengths(r[4]), len(devices),
+                                                options=compiler.options(), parts=parts)
+    out["fused limit"] = Program(fused_limit(pop.env, pop.policy, pop.num_env_steps, len(devices)),
+                                 lambda r: np.asarray(r[1]), len(devices), all_steps=True,
+                                 options=compiler.options(), parts=parts)
     if any(name.startswith(("gymnax", "evosax")) for name in impls):
         _gymnax_programs(pop, keys, out)
     best = ("gymnax best case", "gymnax best, popeval opts")

@@ -2,9 +2,11 @@
 
 `RolloutWrapper` (`shard_members`): its population methods split the member axis over the
 local devices with `shard_map` (padding `P` to a multiple of the device count with copies of
-the last member, dropped from the outputs). Every device runs the same per-member program,
-but XLA compiles the sharded program differently, so on some chaotic tasks (CartPole) the
-last bits differ from one device (README, Exactness).
+the last member, dropped from the outputs); on CPUs, called from Python, also into parts run
+side by side on threads (`member_parts`, `split_members`, `run_parts`): a CPU device runs a
+program on one core, the calling thread's. Each device and part runs the same per-member
+program, but XLA compiles it for its batch, so on some chaotic tasks (CartPole) the last bits
+differ from one device in one part (README, Exactness).
 
 The evolve loop (`Replicated`): a generation runs as one program per device (`shard_map`
 over a mesh of the devices, jitted): every device receives the same replicated inputs
@@ -18,11 +20,10 @@ the configs `tests/test_sharding.py` checks; see the caveat above for chaotic ta
 
 Anakin (`popeval.agents.anakin`): a learner `vmap`ped over a batch of environments runs
 under `Replicated` too; its per-environment state is split over the devices with
-`split_leading` (global environment `i` lands on device `i // per_device`). `pmap` is plain `jax.pmap` over chosen devices, for code measured as
-written (the seed's Anakin in `popeval.agents.anakin_seed`).
+`split_leading` (global environment `i` lands on device `i // per_device`). `pmap` is plain
+`jax.pmap` over chosen devices, for code measured as written (`popeval.agents.anakin_seed`).
 
-On a CPU, XLA runs one device on about one core; `use_all_cores()` splits the host into one
-device per core (it must run before JAX initialises its backends).
+`use_all_cores()` splits a CPU host into one device per core (before JAX starts its backends).
 
 Several processes (`popeval.distributed`): every process runs the same program; a
 generation's mesh holds the devices of all processes, so its member slices and its
@@ -31,7 +32,9 @@ all-gather span them, and every process holds the same strategy state.
 
 from __future__ import annotations
 
+import functools
 import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 import jax
@@ -41,11 +44,16 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from popeval import compiler, keys
 
-__all__ = ["AXIS", "use_all_cores", "num_devices", "resolve_devices", "shard_members", "place_members", "local_slice",
-           "gather_members", "Replicated", "split_leading", "pmap"]
+__all__ = ["AXIS", "use_all_cores", "num_devices", "resolve_devices", "shard_members", "member_parts", "split_members",
+           "run_parts", "local_slice", "gather_members", "Replicated", "split_leading", "pmap"]
 
 #: Name of the device axis inside a sharded generation.
 AXIS = "devices"
+
+
+def _cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def use_all_cores() -> str | None:
@@ -55,7 +63,7 @@ def use_all_cores() -> str | None:
     for `jax.distributed.initialize`), hence the line's wording."""
     if "JAX_NUM_CPU_DEVICES" in os.environ or "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
         return None
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = _cores()
     if cores <= 1:
         return None
     try:
@@ -120,35 +128,66 @@ def shard_members(fn: Callable, devices: tuple) -> Callable:
     return sharded
 
 
-def place_members(tree: Any, devices: tuple) -> Any:
-    """`tree` (the member axis first on every leaf) split over `devices` as `shard_members`'
-    programs take it, for a call from Python: otherwise JAX reshards the arguments at the
-    program's boundary, slice by slice (Breakout's 512 members hold 26 MB of parameters: 6-12
-    ms a call on two CPU devices, a third of the evaluation). CPU devices share the host's
-    memory, so each device's part is a view of the same memory (no copy; the arrays are
-    immutable); other devices get `jax.device_put`. Leaves already laid out so, or spanning
-    several processes, are kept.
-    Returns `tree` as given on one device, inside a trace (the enclosing program places its
-    arguments), and for a member count that is not a multiple of the device count (the
-    program pads it)."""
+#: A part on its own thread holds at least this many episodes a device (two parts of CartPole or
+#: Pendulum ran slower at P=16 x 8, 1.4x faster at P=64 x 8).
+PART_EPISODES = 256
+_pool = functools.cache(lambda workers: ThreadPoolExecutor(workers, thread_name_prefix="popeval-part"))
+
+
+def member_parts(devices: tuple, num_members: int, num_episodes: int, threads: int | None = None) -> int:
+    """Parts of a population evaluation called from Python (`split_members`, `run_parts`): on CPU
+    devices `threads` (default `cores // len(devices)`), fewer where a part would hold under
+    `PART_EPISODES` episodes a device or the devices would not split the parts evenly; else 1."""
+    if any(d.platform != "cpu" for d in devices):
+        return 1
+    threads = _cores() // len(devices) if threads is None else int(threads)
+    parts = max(1, min(threads, num_episodes // (PART_EPISODES * len(devices))))
+    while parts > 1 and num_members % (parts * len(devices)):
+        parts -= 1
+    return parts
+
+
+def split_members(tree: Any, devices: tuple, parts: int = 1) -> list:
+    """`tree` (the member axis first on every leaf) as `parts` equal parts along that axis
+    (`member_parts`), each split over `devices` as `shard_members`' programs take it, for a call
+    from Python: else JAX reshards the arguments at the program's boundary, slice by slice
+    (Breakout's 512 members, 26 MB of parameters: 6-12 ms a call on two CPU devices, a third of
+    the evaluation). On CPU devices each part is a view of the same host memory (the arrays are
+    immutable; JAX copies a part not 64-byte aligned), elsewhere `jax.device_put`. One part,
+    `tree` as given, inside a trace (the enclosing program places its arguments), for arrays
+    spanning other processes, and for `parts=1` on one device or a member count the devices
+    do not divide."""
     leaves = jax.tree.leaves(tree)
-    if len(devices) == 1 or not leaves or any(isinstance(x, jax.core.Tracer) for x in leaves):
-        return tree
-    if any(np.ndim(x) == 0 or np.shape(x)[0] % len(devices) for x in leaves):
-        return tree
+    if not leaves or any(isinstance(x, jax.core.Tracer) or not getattr(x, "is_fully_addressable", True)
+                         for x in leaves):
+        return [tree]
+    if parts == 1 and (len(devices) == 1 or any(np.ndim(x) == 0 or np.shape(x)[0] % len(devices) for x in leaves)):
+        return [tree]
     target = NamedSharding(_mesh(devices), PartitionSpec(AXIS))
     on_host = all(d.platform == "cpu" for d in devices)
 
-    def one(x):
+    def part(x, i):
         sharding = getattr(x, "sharding", None)
-        if sharding is not None and (sharding.is_equivalent_to(target, x.ndim) or not x.is_fully_addressable):
-            return x  # laid out already, or spanning other processes (the program decides)
+        if parts == 1 and sharding is not None and sharding.is_equivalent_to(target, x.ndim):
+            return x  # laid out already
+        size = np.shape(x)[0] // parts
         if not on_host or (sharding is not None and any(d.platform != "cpu" for d in sharding.device_set)):
-            return jax.device_put(x, target)
-        raw = np.asarray(keys.to_raw(x))  # a view of a CPU array's buffer
+            return jax.device_put(x[i * size:(i + 1) * size], target)
+        raw = np.asarray(keys.to_raw(x))[i * size:(i + 1) * size]  # a view of a CPU array's buffer
         return keys.from_raw(jax.make_array_from_callback(raw.shape, target, lambda index: raw[index]), x)
 
-    return jax.tree.map(one, tree)
+    return [jax.tree.map(lambda x: part(x, i), tree) for i in range(parts)]
+
+
+def run_parts(fn: Callable, parts: list) -> Any:
+    """`fn(part)` for every part of `split_members`, side by side: the first on this thread, the
+    others on a pool's threads (each waits for its result: a CPU device runs the program on the
+    calling thread), the outputs concatenated along the member axis. One part: `fn(part)`."""
+    if len(parts) == 1:
+        return fn(parts[0])
+    futures = [_pool(len(parts) - 1).submit(lambda p=p: jax.block_until_ready(fn(p))) for p in parts[1:]]
+    outs = [jax.block_until_ready(fn(parts[0]))] + [f.result() for f in futures]
+    return jax.tree.map(lambda *xs: jnp.concatenate(xs), *outs)
 
 
 def local_slice(pop_size: int, devices: int) -> tuple[jax.Array, int]:

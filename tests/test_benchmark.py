@@ -16,7 +16,7 @@ from popeval.rollout import RolloutWrapper
 
 ROW_KEYS = {"workload", "env", "pop_size", "num_rollouts", "num_env_steps", "devices", "impl", "compile_s",
             "time_s", "times_s", "mem_bytes", "env_steps", "steps_per_s", "min_length", "live_over_limit",
-            "speedup_vs_gymnax_best", "speedup_vs_gymnax_same_options", "load_before"}
+            "speedup_vs_gymnax_best", "speedup_vs_gymnax_same_options", "load_before", "parts"}
 FOOTPRINT_KEYS = {"env", "pop_size", "num_rollouts", "num_env_steps", "devices", "xla_temp_bytes",
                   "xla_output_bytes", "xla_argument_bytes", "xla_bytes", "bytes_per_episode", "rss_growth_bytes",
                   "min_length", "target_mb", "passed"}
@@ -49,6 +49,7 @@ def test_quick_benchmark_writes_json_with_device_rows(tmp_path, capsys):
         assert set(r) == ROW_KEYS, r["impl"]
         assert r["workload"] == r["env"] == "CartPole-v1" and r["pop_size"] == 8 and r["num_rollouts"] == 2
         assert r["num_env_steps"] == 50 and len(r["times_s"]) == 1
+        assert r["parts"] == 1  # 16 episodes: one part (sharding.member_parts)
         assert r["time_s"] > 0 and r["compile_s"] > 0 and r["mem_bytes"] > 0
         assert 1 <= r["min_length"] <= 50
         assert r["load_before"] is not None and r["load_before"] >= 0
@@ -144,3 +145,19 @@ def test_wait_for_quiet_waits_until_the_load_falls(monkeypatch):
     monkeypatch.setattr(benchmark_checks, "QUIET_WAIT_S", 0.0)
     assert benchmark_checks.wait_for_quiet(1.5, logged.append, poll_s=0) == 4.0
     assert logged == ["  the load average is still 4.00 after 0 s; timing anyway"]
+
+
+def test_prepare_runs_a_program_in_parts_on_threads():
+    """`prepare(..., parts=2)` compiles the program for half the members and times calls that
+    run both halves side by side (as `RolloutWrapper`'s calls from Python do): the same returns
+    as one part, and twice one program's buffers."""
+    pop = benchmark_programs.population("CartPole-v1", 64, 50)
+    keys = jax.random.split(jax.random.key(1), 8)
+    prog = benchmark_programs.programs(pop, keys, ("popeval fitness",))["popeval fitness"]
+    args = (keys, pop.pop_params, pop.env_params)
+    one, fn1, out1 = benchmark.prepare(prog.fn, args, float("inf"), prog.devices, prog.options, 1)
+    two, fn2, out2 = benchmark.prepare(prog.fn, args, float("inf"), prog.devices, prog.options, 2)
+    assert fn1 is not None and fn2 is not None and out2.returns.shape == (64, 8)
+    assert (np.asarray(out1.returns) == np.asarray(out2.returns)).all()
+    assert (np.asarray(fn2(*args).lengths) == np.asarray(out1.lengths)).all()
+    assert 0 < two["mem_bytes"] < 2 * one["mem_bytes"] + 1

@@ -139,7 +139,7 @@ def test_compiler_options_on_cpu_and_an_xla_flags_override():
 
 
 # ----------------------------------------------------------------------------- RolloutWrapper
-#: 2 devices split P=10 as 5+5 (the arguments placed before the call, `sharding.place_members`),
+#: 2 devices split P=10 as 5+5 (the arguments placed before the call, `sharding.split_members`),
 #: 3 devices as 4+4+2 (padded inside the program); the evolve tests above cover 2 and 4 devices.
 WRAPPER_DEVICE_COUNTS = (1, 2, 3)
 WRAPPER_CASES = {  # name -> (env id, RolloutWrapper kwargs)
@@ -217,37 +217,101 @@ def test_wrapper_devices_argument_is_checked():
     assert len(RolloutWrapper(None, env_name="CartPole-v1", devices=1).devices) == 1
 
 
-PLACE_SCRIPT = textwrap.dedent("""
+SPLIT_SCRIPT = textwrap.dedent("""
+    import threading
     import jax, jax.numpy as jnp, numpy as np
     from popeval import sharding
     devices = sharding.resolve_devices(None)
     assert len(devices) == 2
     keys = jax.random.split(jax.random.key(0), 12).reshape(6, 2)
     params = {"w": jnp.arange(6 * 5, dtype=jnp.float32).reshape(6, 5), "b": np.ones((6, 3), np.int32)}
-    placed_keys, placed = sharding.place_members((keys, params), devices)
+    (placed_keys, placed), = sharding.split_members((keys, params), devices)
     for after in jax.tree.leaves((placed_keys, placed)):
         assert after.sharding.device_set == set(devices), after.sharding
         assert [s.data.shape[0] for s in after.addressable_shards] == [3, 3]
     assert jax.random.key_impl(placed_keys) == jax.random.key_impl(keys)
     assert (jax.random.key_data(placed_keys) == jax.random.key_data(keys)).all()
     assert (np.asarray(placed["w"]) == np.asarray(params["w"])).all() and (np.asarray(placed["b"]) == 1).all()
-    again = sharding.place_members(placed, devices)
+    again, = sharding.split_members(placed, devices)
     assert all(a is b for a, b in zip(jax.tree.leaves(again), jax.tree.leaves(placed))), "re-placed"
     odd = {"w": jnp.zeros((5, 2))}  # 5 members on 2 devices: the program pads, nothing is placed
-    assert sharding.place_members(odd, devices) is odd
-    assert sharding.place_members(params, devices[:1]) is params
+    assert sharding.split_members(odd, devices)[0] is odd
+    assert sharding.split_members(params, devices[:1])[0] is params
     seen = []
-    jax.jit(lambda p: seen.append(sharding.place_members(p, devices) is p))(params)
+    jax.jit(lambda p: seen.append(sharding.split_members(p, devices, 2)[0] is p))(params)
     assert seen == [True], "placed inside a trace"
+
+    # Two parts over both devices, and two parts on one device: views of the input's memory.
+    big = {"w": jnp.arange(8 * 16, dtype=jnp.float32).reshape(8, 16), "k": jax.random.split(jax.random.key(1), 8)}
+    both = sharding.split_members(big, devices, 2)
+    assert [[s.data.shape[0] for s in p["w"].addressable_shards] for p in both] == [[2, 2], [2, 2]]
+    one = sharding.split_members(big, devices[:1], 2)
+    for parts in (both, one):
+        assert (np.concatenate([np.asarray(p["w"]) for p in parts]) == np.asarray(big["w"])).all()
+        assert (np.concatenate([jax.random.key_data(p["k"]) for p in parts]) == jax.random.key_data(big["k"])).all()
+    base = big["w"].unsafe_buffer_pointer()
+    assert [p["w"].unsafe_buffer_pointer() for p in one] == [base, base + 4 * 16 * 4], "copied"
+
+    # How many parts, and the parts run side by side on threads, outputs in member order.
+    assert sharding.member_parts(devices[:1], 512, 4096, threads=2) == 2
+    assert sharding.member_parts(devices[:1], 16, 128, threads=2) == 1  # a part under PART_EPISODES
+    assert sharding.member_parts(devices[:1], 7, 7 * 512, threads=2) == 1  # 7 members do not halve
+    assert sharding.member_parts(devices, 8, 8 * 1024, threads=2) == 2  # 2 parts x 2 devices
+    assert sharding.member_parts(devices, 6, 6 * 1024, threads=2) == 1  # 2 x 2 do not divide 6
+    assert sharding.member_parts(devices, 9, 9 * 1024, threads=0) == 1  # more devices than cores
+    per_core = min(sharding._cores(), 4096 // sharding.PART_EPISODES)
+    while 512 % per_core:
+        per_core -= 1
+    assert sharding.member_parts(devices[:1], 512, 4096) == per_core  # one per core by default
+    class Gpu:
+        platform = "gpu"
+    assert sharding.member_parts((Gpu(),), 512, 4096, threads=4) == 1
+    names = []
+    out = sharding.run_parts(lambda p: names.append(threading.current_thread().name) or p["w"] + 1, one)
+    assert (np.asarray(out) == np.asarray(big["w"]) + 1).all() and len(set(names)) == 2, names
+    assert sharding.run_parts(lambda p: p, [big]) is big
     print("ok")
 """)
 
 
-def test_place_members_splits_the_member_axis_without_changing_values():
-    """On two CPU devices `place_members` lays every leaf (typed keys included) out as the
+def test_split_members_places_parts_as_views_and_run_parts_runs_them_on_threads():
+    """On two CPU devices `split_members` lays every leaf (typed keys included) out as the
     sharded programs take it, with the same values; leaves already laid out so, a member count
-    the devices do not divide, one device and traced arguments are left as given."""
-    out = subprocess.run([sys.executable, "-c", PLACE_SCRIPT], capture_output=True, text=True,
-                         env={**subprocess_env(), "JAX_NUM_CPU_DEVICES": "2"}, timeout=300)
+    the devices do not divide, one device and traced arguments are left as given (one part).
+    Several parts, on one device or two, are views of the input's memory; `member_parts` counts
+    them; `run_parts` runs them on distinct threads and concatenates their outputs in order."""
+    env = {**subprocess_env(), "JAX_NUM_CPU_DEVICES": "2"}
+    out = subprocess.run([sys.executable, "-c", SPLIT_SCRIPT], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().endswith("ok")
+
+
+@pytest.mark.parametrize("env_id,kwargs", [
+    ("CartPole-v1", {"num_env_steps": 100}),
+    ("Acrobot-v1", {"env_kwargs": {"max_steps_in_episode": 60}, "obs_normalization": True}),
+])
+def test_wrapper_parts_on_threads_return_what_one_part_does(env_id, kwargs):
+    """`threads=2` runs P=64 x 8 episodes as two parts of 32 members on two threads: the same
+    returns, lengths, trajectories and observation statistics, bit for bit, as one part, and
+    the fitness path still returns the trajectory path's `cum_return`."""
+    import jax
+
+    from popeval import MLPPolicy, RolloutWrapper, sharding
+    from popeval.environments import make
+
+    env, params = make(env_id, **kwargs.get("env_kwargs", {}))
+    policy = MLPPolicy.for_env(env, params, hidden_sizes=(16,))
+    pop = jax.vmap(lambda k: policy.init_params(k, env, params))(jax.random.split(jax.random.key(0), 64))
+    keys = jax.random.split(jax.random.key(1), 8)
+    runs = {}
+    for threads in (1, 2):
+        w = RolloutWrapper(policy.apply, env_name=env_id, devices=1, threads=threads, **kwargs)
+        assert sharding.member_parts(w.devices, 64, 64 * 8, threads) == threads
+        fit, traj = w.population_fitness(keys, pop), w.population_rollout(keys, pop)
+        runs[threads] = jax.tree.map(np.asarray, (fit, traj))
+    for one, two in zip(jax.tree.leaves(runs[1]), jax.tree.leaves(runs[2])):
+        assert one.shape == two.shape and (one == two).all()
+    fit, traj = runs[2]
+    assert (fit.returns == traj[-1]).all()
+    with pytest.raises(ValueError, match="threads"):
+        RolloutWrapper(None, env_name=env_id, threads=0)

@@ -91,12 +91,12 @@ def prepare(fn: Callable, args: tuple, max_mem_bytes: float, devices: int = 1,
 
 def bench_workload(workload: str, num_steps: int | None, pop_size: int, num_rollouts: int, repeats: int,
                    max_mem_bytes: float = float("inf"), impls: tuple[str, ...] = bp.IMPLS,
-                   log: Callable[[str], None] = print) -> list[dict]:
+                   log: Callable[[str], None] = print, threads: int | None = None) -> list[dict]:
     """The rows of one workload and population size (ratios: `add_ratios`): every program is
     compiled and warmed up, then timed `repeats` times in turns (`time_interleaved`)."""
     pop, keys = bp.population(workload, pop_size, num_steps), jax.random.split(jax.random.key(1), num_rollouts)
     args, rows, compiled = (keys, pop.pop_params, pop.env_params), {}, {}
-    for impl, prog in bp.programs(pop, keys, impls).items():
+    for impl, prog in bp.programs(pop, keys, impls, threads).items():
         stats, fn, out = prepare(prog.fn, args, max_mem_bytes, prog.devices, prog.options, prog.parts)
         lengths = None if out is None else prog.lengths(out)
         del out
@@ -200,6 +200,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--devices", nargs="+", type=int, default=None, metavar="N",
                    help=f"device counts; each but this process's count (the default) re-runs the rows {DEVICE_ROWS} "
                         "in a subprocess with JAX_NUM_CPU_DEVICES=N")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="parts on threads for popeval's rows and the fused limit on CPUs (RolloutWrapper's threads; "
+                        "default: one per core over the device count; 1: one program)")
     p.add_argument("--impls", nargs="+", default=list(bp.IMPLS), choices=bp.IMPLS, metavar="IMPL",
                    help="only these rows (default: all)")
     p.add_argument("--quiet-below", type=float, default=None, metavar="LOAD",
@@ -231,8 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     repeats = args.repeats if args.repeats is not None else (1 if args.quick else 5)
     local = jax.local_device_count()
     devices = list(dict.fromkeys(args.devices or [local]))
-    if min(*pop_sizes, num_rollouts, repeats, *devices) < 1:
-        raise SystemExit("--pop-sizes, --num-rollouts, --repeats and --devices take integers >= 1")
+    if min(*pop_sizes, num_rollouts, repeats, *devices, 1 if args.threads is None else args.threads) < 1:
+        raise SystemExit("--pop-sizes, --num-rollouts, --repeats, --devices and --threads take integers >= 1")
     if os.environ.get(_CHILD) and int(os.environ[_CHILD]) != local:
         raise SystemExit(f"this benchmark process was started for {os.environ[_CHILD]} devices but has {local}")
     load_start = os.getloadavg() if hasattr(os, "getloadavg") else None
@@ -244,10 +247,12 @@ def main(argv: list[str] | None = None) -> int:
         for pop_size in pop_sizes:
             load = wait_for_quiet(args.quiet_below, log)
             rows.extend({**row, "load_before": load} for row in bench_workload(
-                workload, num_steps, pop_size, num_rollouts, repeats, args.max_mem_mb * MB, tuple(args.impls), log))
+                workload, num_steps, pop_size, num_rollouts, repeats, args.max_mem_mb * MB, tuple(args.impls), log,
+                args.threads))
     shared = [*(["--quick"] if args.quick else []), "--pop-sizes", *map(str, pop_sizes), "--num-rollouts",
               str(num_rollouts), "--repeats", str(repeats), "--max-mem-mb", str(args.max_mem_mb)]
     shared += [] if args.quiet_below is None else ["--quiet-below", str(args.quiet_below)]
+    shared += [] if args.threads is None else ["--threads", str(args.threads)]
     shared += ["--impls", *(i for i in DEVICE_ROWS if i in args.impls)]
     for n in devices:
         if n != local and shared[-1] != "--impls":
@@ -259,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "config": {"quick": args.quick, "envs": list(workloads), "pop_sizes": list(pop_sizes),
                    "num_rollouts": num_rollouts, "repeats": repeats, "hidden_sizes": list(bp.HIDDEN),
-                   "devices": devices, "impls": list(args.impls), "max_mem_mb": args.max_mem_mb},
+                   "devices": devices, "threads": args.threads, "impls": list(args.impls),
+                   "max_mem_mb": args.max_mem_mb},
         "machine": {"jax": jax.__version__, "backend": jax.default_backend(), "local_devices": local,
                     "devices": [str(d) for d in jax.devices()], "cpu_count": os.cpu_count(),
                     "platform": platform.platform(), "load_average_start": load_start, "load_average_end": load_end},

@@ -222,10 +222,11 @@ def _gymnax_programs(pop: Population, keys: jax.Array, out: dict[str, Program]) 
     out["evosax GymnaxProblem"] = Program(lambda k, p, e: problem.eval(k[0], p, state), evosax_lengths, 1)
 
 
-def programs(pop: Population, keys: jax.Array, impls: tuple[str, ...] = IMPLS) -> dict[str, Program]:
+def programs(pop: Population, keys: jax.Array, impls: tuple[str, ...] = IMPLS,
+             threads: int | None = None) -> dict[str, Program]:
     """impl name -> `Program` for the rows `impls`, in `IMPLS`' order but gymnax's trajectories
     before its best case (gymnax's and evosax's rows only when installed and gymnax registers
-    the environment)."""
+    the environment). `threads`: `RolloutWrapper`'s, for popeval's rows and the fused limit."""
     unknown = set(impls) - set(IMPLS)
     if unknown:
         raise ValueError(f"unknown impl(s) {sorted(unknown)}; choose from {list(IMPLS)}")
@@ -235,7 +236,7 @@ def programs(pop: Population, keys: jax.Array, impls: tuple[str, ...] = IMPLS) -
     # options the wrapper compiles with.
     devices = jax.local_devices()
     num_members = jax.tree.leaves(pop.pop_params)[0].shape[0]
-    parts = sharding.member_parts(tuple(devices), num_members, num_members * keys.shape[0])
+    parts = sharding.member_parts(tuple(devices), num_members, num_members * keys.shape[0], threads)
     for name, compaction in (("popeval fitness", True), ("popeval fitness nc", False)):
         w = RolloutWrapper(pop.policy.apply, env_name=pop.env_id, num_env_steps=pop.num_env_steps,
                            compaction=compaction)

@@ -161,3 +161,10 @@ def test_prepare_runs_a_program_in_parts_on_threads():
     assert (np.asarray(out1.returns) == np.asarray(out2.returns)).all()
     assert (np.asarray(fn2(*args).lengths) == np.asarray(out1.lengths)).all()
     assert 0 < two["mem_bytes"] < 2 * one["mem_bytes"] + 1
+
+
+def test_bad_counts_are_rejected_before_any_work(tmp_path):
+    for flag in ("--threads", "--repeats", "--devices"):
+        with pytest.raises(SystemExit, match=flag):
+            benchmark.main(["--quick", flag, "0", "--out", str(tmp_path / "x.json")])
+    assert not (tmp_path / "x.json").exists()

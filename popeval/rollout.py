@@ -232,7 +232,8 @@ class RolloutWrapper:
     def _run_parts(self, program, keys, pop_params, env_params, obs_stats):
         """`program` over the members: split over the devices, on CPUs in parts on threads."""
         sets = jax.tree.leaves(env_params)[0].shape[0] if self._is_param_batch(env_params) else 1
-        parts = sharding.member_parts(self.devices, keys.shape[0], keys.size * sets, self.threads)
+        members, episodes = keys_lib.key_batch_shape(keys)  # typed or raw keys
+        parts = sharding.member_parts(self.devices, members, members * episodes * sets, self.threads)
         split = sharding.split_members((keys, pop_params), self.devices, parts)
         return sharding.run_parts(lambda part: program(*part, env_params, obs_stats), split)
 

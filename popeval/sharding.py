@@ -8,26 +8,22 @@ program on one core, the calling thread's. Each device and part runs the same pe
 program, but XLA compiles it for its batch, so on some chaotic tasks (CartPole) the last bits
 differ from one device in one part (README, Exactness).
 
-The evolve loop (`Replicated`): a generation runs as one program per device (`shard_map`
-over a mesh of the devices, jitted): every device receives the same replicated inputs
-(strategy state, generation), takes its slice of the population by *global* member index,
-evaluates it, and all devices `all_gather` the fitness so each can run the (cheap,
-deterministic) strategy update itself. The population is padded to a multiple of the device
-count; padded slots evaluate a copy of the last member and are dropped after the gather, so
-the padding never reaches the strategy. Since episode keys derive from member indices, never
-from the device layout, 1, 2 or 4 devices play the same episodes (bit-identical runs on
-the configs `tests/test_sharding.py` checks; see the caveat above for chaotic tasks).
+The evolve loop (`Replicated`): a generation is one program per device (`shard_map` over a
+mesh of the devices, jitted): every device receives the same replicated inputs (strategy
+state, generation), takes its slice of the population by *global* member index, evaluates
+it, and all devices `all_gather` the fitness so each runs the (cheap, deterministic) strategy
+update itself. Padded slots (`P` padded to a multiple of the device count) evaluate a copy of
+the last member and are dropped after the gather. Episode keys derive from member indices,
+never from the layout, so 1, 2 or 4 devices play the same episodes (bit-identical runs on the
+configs `tests/test_sharding.py` checks; the caveat above holds for chaotic tasks).
 
-Anakin (`popeval.agents.anakin`): a learner `vmap`ped over a batch of environments runs
-under `Replicated` too; its per-environment state is split over the devices with
-`split_leading` (global environment `i` lands on device `i // per_device`). `pmap` is plain
-`jax.pmap` over chosen devices, for code measured as written (`popeval.agents.anakin_seed`).
-
+Anakin (`popeval.agents.anakin`): a learner `vmap`ped over a batch of environments runs under
+`Replicated` too, its per-environment state split over the devices with `split_leading`.
+`pmap` is plain `jax.pmap` over chosen devices (`popeval.agents.anakin_seed`).
 `use_all_cores()` splits a CPU host into one device per core (before JAX starts its backends).
-
-Several processes (`popeval.distributed`): every process runs the same program; a
-generation's mesh holds the devices of all processes, so its member slices and its
-all-gather span them, and every process holds the same strategy state.
+Several processes (`popeval.distributed`): a generation's mesh holds the devices of all
+processes, so its member slices and its all-gather span them, and every process holds the
+same strategy state.
 """
 
 from __future__ import annotations
@@ -43,6 +39,11 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from popeval import compiler, keys
+
+try:  # the thread's JAX configuration that tracing depends on (JAX has no public name for it)
+    from jax._src.config import trace_context as _trace_context
+except ImportError:  # pragma: no cover - another JAX: every part on the calling thread
+    _trace_context = None
 
 __all__ = ["AXIS", "use_all_cores", "num_devices", "resolve_devices", "shard_members", "member_parts", "split_members",
            "run_parts", "local_slice", "gather_members", "Replicated", "split_leading", "pmap"]
@@ -81,8 +82,7 @@ def num_devices() -> int:
 
 
 def resolve_devices(devices: Any) -> tuple:
-    """`None` (all local devices), a count `n` (the first `n`) or a sequence of devices ->
-    a tuple of local devices."""
+    """`None` (all local devices), a count `n` (the first `n`) or devices -> a tuple of local devices."""
     local = jax.local_devices()
     if devices is None:
         return tuple(local)
@@ -182,11 +182,17 @@ def split_members(tree: Any, devices: tuple, parts: int = 1) -> list:
 def run_parts(fn: Callable, parts: list) -> Any:
     """`fn(part)` for every part of `split_members`, side by side: the first on this thread, the
     others on a pool's threads (each waits for its result: a CPU device runs the program on the
-    calling thread), the outputs concatenated along the member axis. One part: `fn(part)`."""
+    calling thread), the outputs concatenated along the member axis. One part: `fn(part)`. JAX
+    configuration contexts are per thread, so inside one (`with jax.default_matmul_precision`)
+    this thread runs every part, one after the other (the pool's threads would trace others)."""
     if len(parts) == 1:
         return fn(parts[0])
-    futures = [_pool(len(parts) - 1).submit(lambda p=p: jax.block_until_ready(fn(p))) for p in parts[1:]]
-    outs = [jax.block_until_ready(fn(parts[0]))] + [f.result() for f in futures]
+    pool = _pool(len(parts) - 1)
+    if _trace_context is None or pool.submit(_trace_context).result() != _trace_context():
+        outs = [jax.block_until_ready(fn(p)) for p in parts]
+    else:
+        futures = [pool.submit(lambda p=p: jax.block_until_ready(fn(p))) for p in parts[1:]]
+        outs = [jax.block_until_ready(fn(parts[0]))] + [f.result() for f in futures]
     return jax.tree.map(lambda *xs: jnp.concatenate(xs), *outs)
 
 
@@ -208,17 +214,13 @@ def gather_members(x: Any, pop_size: int) -> Any:
 
 class Replicated:
     """`fn` run on every device of `devices` (one program per device, `shard_map` over a mesh of
-    them), every argument replicated (one copy per device).
-
-    The state lives on the devices between calls as a stacked copy per device: `replicate`
-    places a host pytree once, a call maps stacked inputs to stacked outputs (fed straight
-    back in, no copies), and `first` copies this process's first copy to the host. A loop of
-    calls dispatches no small eager operations; `lower` and `compile` build the program from
-    shapes alone (on another thread, while the state is still being initialised).
-
-    In a multi-process run (`initialize`) the mesh holds every process's devices: each process
-    places and reads only its own devices' copies, and `fn`'s collectives span all processes.
-    """
+    them), every argument replicated (one copy per device). The state lives on the devices
+    between calls as a stacked copy per device: `replicate` places a host pytree once, a call
+    maps stacked inputs to stacked outputs (fed straight back in), `first` copies this
+    process's first copy to the host; `lower` and `compile` build the program from shapes
+    alone (on another thread, while the state is being initialised). In a multi-process run
+    the mesh holds every process's devices: each process places and reads only its own
+    devices' copies, and `fn`'s collectives span all processes."""
 
     def __init__(self, fn: Callable, devices: int):
         every = jax.devices()  # global: a multi-process run maps over all of them

@@ -270,6 +270,10 @@ SPLIT_SCRIPT = textwrap.dedent("""
     out = sharding.run_parts(lambda p: names.append(threading.current_thread().name) or p["w"] + 1, one)
     assert (np.asarray(out) == np.asarray(big["w"]) + 1).all() and len(set(names)) == 2, names
     assert sharding.run_parts(lambda p: p, [big]) is big
+    names.clear()
+    with jax.default_matmul_precision("highest"):  # per thread: every part on this thread
+        out = sharding.run_parts(lambda p: names.append(threading.current_thread().name) or p["w"] + 1, one)
+    assert (np.asarray(out) == np.asarray(big["w"]) + 1).all() and set(names) == {"MainThread"}, names
     print("ok")
 """)
 
@@ -279,7 +283,8 @@ def test_split_members_places_parts_as_views_and_run_parts_runs_them_on_threads(
     sharded programs take it, with the same values; leaves already laid out so, a member count
     the devices do not divide, one device and traced arguments are left as given (one part).
     Several parts, on one device or two, are views of the input's memory; `member_parts` counts
-    them; `run_parts` runs them on distinct threads and concatenates their outputs in order."""
+    them; `run_parts` runs them on distinct threads and concatenates their outputs in order,
+    all on the calling thread inside a JAX configuration context (the others would not see it)."""
     env = {**subprocess_env(), "JAX_NUM_CPU_DEVICES": "2"}
     out = subprocess.run([sys.executable, "-c", SPLIT_SCRIPT], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -202,7 +202,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "in a subprocess with JAX_NUM_CPU_DEVICES=N")
     p.add_argument("--threads", type=int, default=None, metavar="N",
                    help="parts on threads for popeval's rows and the fused limit on CPUs (RolloutWrapper's threads; "
-                        "default: one per core over the device count; 1: one program)")
+                        "default: the cores per device; 1: one program per device)")
     p.add_argument("--impls", nargs="+", default=list(bp.IMPLS), choices=bp.IMPLS, metavar="IMPL",
                    help="only these rows (default: all)")
     p.add_argument("--quiet-below", type=float, default=None, metavar="LOAD",

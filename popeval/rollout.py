@@ -99,8 +99,8 @@ class RolloutWrapper:
             (`popeval.sharding`). Results agree across device counts except in the last
             bits on some chaotic tasks (README, Exactness).
         threads: on CPU devices, a population method called from Python splits the members
-            into this many parts run side by side on threads (`None`: one per core over the
-            device count, fewer for small populations; 1: off). Results agree across part
+            into this many parts run side by side on threads (`None`: the cores per device,
+            `cores // devices`, fewer for small populations; 1: off). Results agree across part
             counts as across device counts.
     """
 

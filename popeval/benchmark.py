@@ -51,7 +51,8 @@ COLUMNS = {  # what the result rows' numbers are
     "parts": "parts run side by side on threads (RolloutWrapper's threads; one program each, of P / parts members)",
     "load_before": "1-minute load average when the workload started (after --quiet-below's wait)",
     "env_steps": "steps before done (fused limit: all P*B*T steps)", "steps_per_s": "env_steps / time_s",
-    "min_length": "shortest episode (steps before done)", "mem_bytes": "XLA temp + output buffer bytes, all devices and parts",
+    "min_length": "shortest episode (steps before done)",
+    "mem_bytes": "XLA temp + output buffer bytes, all devices and parts",
     "live_over_limit": "steps_per_s / the fused limit's steps_per_s at the same device count (popeval rows)",
     "speedup_vs_gymnax_best": "gymnax best case time_s / time_s",
     "speedup_vs_gymnax_same_options": "gymnax best, popeval opts time_s / time_s (None: no such row)"}
@@ -73,7 +74,8 @@ def prepare(fn: Callable, args: tuple, max_mem_bytes: float, devices: int = 1,
     t0 = time.perf_counter()
     program = jax.jit(fn).lower(args[0], split(args[1])[0], *args[2:]).compile(options)
     compile_s = time.perf_counter() - t0
-    mem_bytes = None if bp.xla_bytes(program, devices) is None else parts * bp.xla_bytes(program, devices)
+    mem_bytes = bp.xla_bytes(program, devices)
+    mem_bytes = None if mem_bytes is None else parts * mem_bytes
     stats = {"compile_s": compile_s, "time_s": None, "times_s": [], "mem_bytes": mem_bytes}
     if mem_bytes is not None and mem_bytes > max_mem_bytes:
         return stats, None, None
@@ -105,7 +107,8 @@ def bench_workload(workload: str, num_steps: int | None, pop_size: int, num_roll
         steps = None if lengths is None else (
             pop_size * num_rollouts * pop.num_env_steps if prog.all_steps else int(lengths.sum()))
         rows[impl] = {"workload": workload, "env": pop.env_id, "pop_size": pop_size, "num_rollouts": num_rollouts,
-                      "num_env_steps": pop.num_env_steps, "devices": prog.devices, "parts": prog.parts, "impl": impl, **stats,
+                      "num_env_steps": pop.num_env_steps, "devices": prog.devices, "parts": prog.parts,
+                      "impl": impl, **stats,
                       "env_steps": steps, "min_length": None if lengths is None else int(lengths.min())}
         if workload == bp.TRAINED and lengths is not None and rows[impl]["min_length"] < pop.num_env_steps:
             raise RuntimeError(f"{workload}: an episode of {impl} ended after {rows[impl]['min_length']} steps; "

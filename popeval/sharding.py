@@ -148,15 +148,12 @@ def member_parts(devices: tuple, num_members: int, num_episodes: int, threads: i
 
 
 def split_members(tree: Any, devices: tuple, parts: int = 1) -> list:
-    """`tree` (the member axis first on every leaf) as `parts` equal parts along that axis
-    (`member_parts`), each split over `devices` as `shard_members`' programs take it, for a call
-    from Python: else JAX reshards the arguments at the program's boundary, slice by slice
-    (Breakout's 512 members, 26 MB of parameters: 6-12 ms a call on two CPU devices, a third of
-    the evaluation). On CPU devices each part is a view of the same host memory (the arrays are
-    immutable; JAX copies a part not 64-byte aligned), elsewhere `jax.device_put`. One part,
-    `tree` as given, inside a trace (the enclosing program places its arguments), for arrays
-    spanning other processes, and for `parts=1` on one device or a member count the devices
-    do not divide."""
+    """`tree` (the member axis first on every leaf) as `parts` equal parts (`member_parts`), each
+    split over `devices` as `shard_members`' programs take it, for a call from Python (else JAX
+    reshards the arguments slice by slice: Breakout's 26 MB of parameters, 6-12 ms a call on two
+    CPU devices). On CPU devices a part is a view of the host memory (JAX copies a part not
+    64-byte aligned), elsewhere `jax.device_put`. `[tree]` inside a trace, for arrays spanning
+    other processes, and for `parts=1` on one device or a member count the devices do not divide."""
     leaves = jax.tree.leaves(tree)
     if not leaves or any(isinstance(x, jax.core.Tracer) or not getattr(x, "is_fully_addressable", True)
                          for x in leaves):
@@ -166,33 +163,36 @@ def split_members(tree: Any, devices: tuple, parts: int = 1) -> list:
     target = NamedSharding(_mesh(devices), PartitionSpec(AXIS))
     on_host = all(d.platform == "cpu" for d in devices)
 
-    def part(x, i):
+    def split(x):  # one leaf -> its parts
         sharding = getattr(x, "sharding", None)
         if parts == 1 and sharding is not None and sharding.is_equivalent_to(target, x.ndim):
-            return x  # laid out already
+            return [x]  # laid out already
         size = np.shape(x)[0] // parts
         if not on_host or (sharding is not None and any(d.platform != "cpu" for d in sharding.device_set)):
-            return jax.device_put(x[i * size:(i + 1) * size], target)
-        raw = np.asarray(keys.to_raw(x))[i * size:(i + 1) * size]  # a view of a CPU array's buffer
-        return keys.from_raw(jax.make_array_from_callback(raw.shape, target, lambda index: raw[index]), x)
+            return [jax.device_put(x[i * size:(i + 1) * size], target) for i in range(parts)]
+        raw = np.asarray(keys.to_raw(x))  # a view of a CPU array's buffer
+        return [keys.from_raw(jax.make_array_from_callback(v.shape, target, lambda index, v=v: v[index]), x)
+                for v in (raw[i * size:(i + 1) * size] for i in range(parts))]
 
-    return [jax.tree.map(lambda x: part(x, i), tree) for i in range(parts)]
+    split_leaves = [split(x) for x in leaves]
+    return [jax.tree.unflatten(jax.tree.structure(tree), [p[i] for p in split_leaves]) for i in range(parts)]
 
 
 def run_parts(fn: Callable, parts: list) -> Any:
-    """`fn(part)` for every part of `split_members`, side by side: the first on this thread, the
-    others on a pool's threads (each waits for its result: a CPU device runs the program on the
-    calling thread), the outputs concatenated along the member axis. One part: `fn(part)`. JAX
-    configuration contexts are per thread, so inside one (`with jax.default_matmul_precision`)
-    this thread runs every part, one after the other (the pool's threads would trace others)."""
+    """`fn(part)` for every part of `split_members`, side by side (a CPU device runs a program on
+    the calling thread): the first here, the others on a pool's threads unless this thread is in
+    a JAX configuration context (`with jax.default_matmul_precision(...)`, per thread), outputs
+    concatenated along the member axis; one part: `fn(part)`."""
     if len(parts) == 1:
         return fn(parts[0])
-    pool = _pool(len(parts) - 1)
-    if _trace_context is None or pool.submit(_trace_context).result() != _trace_context():
-        outs = [jax.block_until_ready(fn(p)) for p in parts]
-    else:
-        futures = [pool.submit(lambda p=p: jax.block_until_ready(fn(p))) for p in parts[1:]]
-        outs = [jax.block_until_ready(fn(parts[0]))] + [f.result() for f in futures]
+    context = None if _trace_context is None else _trace_context()
+
+    def elsewhere(p):  # None when the pool thread's configuration differs from the caller's
+        return jax.block_until_ready(fn(p)) if context is not None and _trace_context() == context else None
+
+    futures = [_pool(len(parts) - 1).submit(elsewhere, p) for p in parts[1:]]
+    outs = [jax.block_until_ready(fn(parts[0]))] + [f.result() for f in futures]
+    outs = [jax.block_until_ready(fn(p)) if out is None else out for p, out in zip(parts, outs)]
     return jax.tree.map(lambda *xs: jnp.concatenate(xs), *outs)
 
 

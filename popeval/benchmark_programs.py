@@ -31,15 +31,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from popeval import compiler
+from popeval import compiler, layouts, sharding
 from popeval import keys as keys_lib
-from popeval import sharding
 from popeval.environments import make
 from popeval.policies import MLPPolicy
 from popeval.rollout import RolloutWrapper
 
-__all__ = ["HIDDEN", "IMPLS", "TRAINED", "Population", "Program", "episode_lengths", "fitness_program",
-           "fused_limit", "peak_rss_growth", "population", "programs", "trained_cartpole",
+__all__ = ["HIDDEN", "IMPLS", "LIMIT_CHUNK_EPISODES", "TRAINED", "Population", "Program", "episode_lengths",
+           "fitness_program", "fused_limit", "peak_rss_growth", "population", "programs", "trained_cartpole",
            "xla_bytes"]
 
 HIDDEN = (32, 32)
@@ -47,11 +46,12 @@ HIDDEN = (32, 32)
 TRAINED = "CartPole-v1 trained"
 IMPLS = ("popeval trajectory", "popeval fitness", "popeval fitness nc", "fused limit", "gymnax best case",
          "gymnax best, popeval opts", "gymnax trajectories", "evosax GymnaxProblem")
-#: The trained CartPole controller: push right when `GAINS . (x, x_dot, theta, theta_dot) > 0`.
-#: It kept |x| < 0.14 and |theta| < 0.052 (limits 2.4 and 0.21) for 500 steps in 100,000
-#: episodes from random resets.
+#: The trained CartPole controller: push right when `GAINS . (x, x_dot, theta, theta_dot) > 0`. It
+#: kept |x| < 0.14, |theta| < 0.052 (limits 2.4, 0.21) for 500 steps in 100,000 random resets.
 GAINS = (0.5, 1.0, 5.0, 1.0)
 _IN_SCALE, _OUT_SCALE, _NOISE = 0.1, 10.0, 1e-4
+#: Episodes per chunk of the fused limit on a CPU: the fastest of 128 to 4,096 (experiments/README).
+LIMIT_CHUNK_EPISODES = 1024
 
 
 class Population(NamedTuple):
@@ -133,19 +133,16 @@ def population(workload: str, pop_size: int, num_env_steps: int | None = None) -
 
 
 def fused_limit(env: Any, policy: MLPPolicy, num_steps: int, devices: int = 1) -> Callable:
-    """The machine's limit for a population evaluation: `fn(keys (B,), pop_params, env_params)
-    -> (returns, lengths)`, each `(P, B)`.
+    """The machine's limit for this work: `fn(keys (B,), pop_params, env_params) -> (returns, lengths)`.
 
-    Policy and environment fused in one `lax.scan` of `num_steps` steps: no early exit, no
-    per-step keys (every `step_env` gets the fixed key `jax.random.key(0)`), one batched
-    matmul per layer and member over its `B` episodes. The `B` episodes of every member
-    start from popeval's reset keys (`keys.split_episode`), so in an environment that draws
-    no randomness after its reset they are the episodes popeval plays. The returned lengths
-    depend on every step's `done`: a program returning only CartPole's summed reward (1 per
-    step) would let XLA remove the environment.
-    """
-    fixed = jax.random.key(0)
-    step = jax.vmap(env.step_env, in_axes=(None, 0, 0, None))
+    Policy and environment fused in one `lax.scan` of `num_steps` steps per chunk of members
+    (on a CPU chunks of `LIMIT_CHUNK_EPISODES` episodes; one scan of all members was up to 10%
+    slower): no early exit, no per-step keys (every `step_env` gets the key `jax.random.key(0)`),
+    one batched matmul per layer and member over its `B` episodes. The episodes start from
+    popeval's reset keys (`keys.split_episode`): in an environment that draws no randomness
+    after its reset they are popeval's. The lengths depend on every step's `done` (a program
+    returning only CartPole's summed reward, 1 per step, would let XLA drop the environment)."""
+    fixed, step = jax.random.key(0), jax.vmap(env.step_env, in_axes=(None, 0, 0, None))
 
     def member(params, reset_keys, env_params):
         obs, state = jax.vmap(env.reset_env, in_axes=(0, None))(reset_keys, env_params)
@@ -164,8 +161,12 @@ def fused_limit(env: Any, policy: MLPPolicy, num_steps: int, devices: int = 1) -
 
     def fused(member_keys, pop_params, env_params):  # member_keys (P, B)
         reset_keys = jax.vmap(jax.vmap(lambda k: keys_lib.split_episode(k)[0]))(member_keys)
-        return jax.vmap(member, in_axes=(0, 0, None))(pop_params, reset_keys, env_params)
+        size, num_chunks, reset_keys, params = layouts.chunked(reset_keys, pop_params, chunk_episodes)
+        chunks = jax.tree.map(lambda x: x.reshape((num_chunks, size) + x.shape[1:]), (params, reset_keys))
+        out = jax.lax.map(lambda c: jax.vmap(member, in_axes=(0, 0, None))(*c, env_params), chunks)
+        return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:])[:member_keys.shape[0]], out)
 
+    chunk_episodes = LIMIT_CHUNK_EPISODES if sharding.resolve_devices(devices)[0].platform == "cpu" else None
     sharded = sharding.shard_members(fused, sharding.resolve_devices(devices))
 
     def run(keys, pop_params, env_params):
@@ -227,13 +228,11 @@ def programs(pop: Population, keys: jax.Array, impls: tuple[str, ...] = IMPLS,
     """impl name -> `Program` for the rows `impls`, in `IMPLS`' order but gymnax's trajectories
     before its best case (gymnax's and evosax's rows only when installed and gymnax registers
     the environment). `threads`: `RolloutWrapper`'s, for popeval's rows and the fused limit."""
-    unknown = set(impls) - set(IMPLS)
-    if unknown:
+    if unknown := set(impls) - set(IMPLS):
         raise ValueError(f"unknown impl(s) {sorted(unknown)}; choose from {list(IMPLS)}")
     out: dict[str, Program] = {}
-    # popeval's rows and the fused limit run on all local devices, in the parts on threads that
-    # the wrapper's calls from Python make; compiled here inside another program, so with the
-    # options the wrapper compiles with.
+    # popeval's rows and the fused limit run on all local devices, in the parts on threads of the
+    # wrapper's calls from Python; compiled here in another program, so with the wrapper's options.
     devices = jax.local_devices()
     num_members = jax.tree.leaves(pop.pop_params)[0].shape[0]
     parts = sharding.member_parts(tuple(devices), num_members, num_members * keys.shape[0], threads)

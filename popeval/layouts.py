@@ -48,7 +48,7 @@ import jax.numpy as jnp
 from popeval.episode import Carry, Episode
 
 __all__ = ["Layout", "CPU", "ACCELERATOR", "for_platform", "over_episodes", "episode_keys", "chunk_members",
-           "trajectories", "fitness", "CHUNK_EPISODES"]
+           "chunked", "trajectories", "fitness", "CHUNK_EPISODES"]
 
 
 class Layout(NamedTuple):
@@ -108,10 +108,11 @@ def chunk_members(episodes_per_member: int, num_members: int | None = None,
     return size
 
 
-def _chunked(keys, pop_params, layout: Layout):
-    """`(C, num_chunks, keys, pop_params)`, both padded to `num_chunks * C` members."""
+def chunked(keys, pop_params, chunk_episodes: int | None):
+    """`(C, num_chunks, keys, pop_params)`: `C = chunk_members(...)` for `keys`' `(P, ...)`
+    episodes, both padded to `num_chunks * C` members (repeating the last)."""
     num_members = keys.shape[0]
-    size = chunk_members(keys[0].size, num_members, layout.chunk_episodes)
+    size = chunk_members(keys[0].size, num_members, chunk_episodes)
     num_chunks = -(-num_members // size)
     pad = num_chunks * size - num_members
     if pad:
@@ -124,7 +125,7 @@ def trajectories(single: Callable, keys, pop_params, env_params, obs_stats, meta
     """`single(key, params, env_params, obs_stats)` over `(P, [M,] B)`, chunk by chunk."""
     keys = episode_keys(keys, env_params, meta)
     num_members = keys.shape[0]
-    size, num_chunks, keys, pop_params = _chunked(keys, pop_params, layout)
+    size, num_chunks, keys, pop_params = chunked(keys, pop_params, layout.chunk_episodes)
     fn = over_episodes(single, meta, ("PMB", "P", "M", ""))
     split = lambda x: x.reshape((num_chunks, size) + x.shape[1:])  # noqa: E731
     out = jax.lax.map(lambda c: fn(c[0], c[1], env_params, obs_stats), jax.tree.map(split, (keys, pop_params)))
@@ -155,7 +156,7 @@ def fitness(episode: Episode, num_steps: int, keys, pop_params, env_params, obs_
     compaction = compaction and num_steps > 1  # one-step episodes cannot end early: no passes
     keys = episode_keys(keys, env_params, meta)
     num_members = keys.shape[0]
-    size, num_chunks, keys, pop_params = _chunked(keys, pop_params, layout)
+    size, num_chunks, keys, pop_params = chunked(keys, pop_params, layout.chunk_episodes)
     init = over_episodes(episode.init, meta, ("PMB", "M"))
     split = lambda x: x.reshape((num_chunks, size) + x.shape[1:])  # noqa: E731
     merge = lambda x: x.reshape((num_chunks * size,) + x.shape[2:])  # noqa: E731

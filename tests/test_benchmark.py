@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from popeval import benchmark, benchmark_programs
+from popeval import benchmark, benchmark_programs, layouts
 from popeval.rollout import RolloutWrapper
 
 ROW_KEYS = {"workload", "env", "pop_size", "num_rollouts", "num_env_steps", "devices", "impl", "compile_s",
@@ -90,12 +90,15 @@ def test_quick_benchmark_writes_json_with_device_rows(tmp_path, capsys):
         assert text in printed, text
 
 
-@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
-def test_fused_limit_computes_popeval_episodes(env_id):
+@pytest.mark.parametrize("env_id, pop_size", [("CartPole-v1", 300), ("Pendulum-v1", 6)])
+def test_fused_limit_computes_popeval_episodes(env_id, pop_size):
     """In a deterministic environment the fused limit plays popeval's episodes (same reset
     keys): its returns and lengths are popeval's, so XLA kept the environment (CartPole's
-    reward is a constant 1, so its returns are the episode lengths)."""
-    pop = benchmark_programs.population(env_id, 6, 120)
+    reward is a constant 1, so its returns are the episode lengths). 300 members of 4 episodes
+    run in two chunks of 256 members, the second padded; 6 in one of 8."""
+    pop = benchmark_programs.population(env_id, pop_size, 120)
+    chunk = layouts.chunk_members(4, pop_size, benchmark_programs.LIMIT_CHUNK_EPISODES)
+    assert chunk == (256 if pop_size == 300 else 8)
     assert not pop.env.stochastic
     keys = jax.random.split(jax.random.key(3), 4)
     returns, lengths = jax.jit(benchmark_programs.fused_limit(pop.env, pop.policy, 120))(

@@ -37,9 +37,8 @@ from popeval.environments import make
 from popeval.policies import MLPPolicy
 from popeval.rollout import RolloutWrapper
 
-__all__ = ["HIDDEN", "IMPLS", "LIMIT_CHUNK_EPISODES", "TRAINED", "Population", "Program", "episode_lengths",
-           "fitness_program", "fused_limit", "peak_rss_growth", "population", "programs", "trained_cartpole",
-           "xla_bytes"]
+__all__ = ["HIDDEN", "IMPLS", "TRAINED", "Population", "Program", "episode_lengths", "fitness_program",
+           "fused_limit", "peak_rss_growth", "population", "programs", "trained_cartpole", "xla_bytes"]
 
 HIDDEN = (32, 32)
 #: The workload name of the trained CartPole population.
@@ -50,8 +49,6 @@ IMPLS = ("popeval trajectory", "popeval fitness", "popeval fitness nc", "fused l
 #: kept |x| < 0.14, |theta| < 0.052 (limits 2.4, 0.21) for 500 steps in 100,000 random resets.
 GAINS = (0.5, 1.0, 5.0, 1.0)
 _IN_SCALE, _OUT_SCALE, _NOISE = 0.1, 10.0, 1e-4
-#: Episodes per chunk of the fused limit on a CPU: the fastest of 128 to 4,096 (experiments/README).
-LIMIT_CHUNK_EPISODES = 1024
 
 
 class Population(NamedTuple):
@@ -136,12 +133,13 @@ def fused_limit(env: Any, policy: MLPPolicy, num_steps: int, devices: int = 1) -
     """The machine's limit for this work: `fn(keys (B,), pop_params, env_params) -> (returns, lengths)`.
 
     Policy and environment fused in one `lax.scan` of `num_steps` steps per chunk of members
-    (on a CPU chunks of `LIMIT_CHUNK_EPISODES` episodes; one scan of all members was up to 10%
-    slower): no early exit, no per-step keys (every `step_env` gets the key `jax.random.key(0)`),
-    one batched matmul per layer and member over its `B` episodes. The episodes start from
-    popeval's reset keys (`keys.split_episode`): in an environment that draws no randomness
-    after its reset they are popeval's. The lengths depend on every step's `done` (a program
-    returning only CartPole's summed reward, 1 per step, would let XLA drop the environment)."""
+    (popeval's chunks, `layouts.chunked`: 512 episodes on a CPU, where one scan of all members
+    was up to 10% slower): no early exit, no per-step keys (every `step_env` gets the key
+    `jax.random.key(0)`), one batched matmul per layer and member over its `B` episodes. The
+    episodes start from popeval's reset keys (`keys.split_episode`): in an environment that
+    draws no randomness after its reset they are popeval's. The lengths depend on every step's
+    `done` (a program returning only CartPole's summed reward, 1 per step, would let XLA drop
+    the environment)."""
     fixed, step = jax.random.key(0), jax.vmap(env.step_env, in_axes=(None, 0, 0, None))
 
     def member(params, reset_keys, env_params):
@@ -166,7 +164,7 @@ def fused_limit(env: Any, policy: MLPPolicy, num_steps: int, devices: int = 1) -
         out = jax.lax.map(lambda c: jax.vmap(member, in_axes=(0, 0, None))(*c, env_params), chunks)
         return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:])[:member_keys.shape[0]], out)
 
-    chunk_episodes = LIMIT_CHUNK_EPISODES if sharding.resolve_devices(devices)[0].platform == "cpu" else None
+    chunk_episodes = layouts.for_platform(sharding.resolve_devices(devices)[0].platform).chunk_episodes
     sharded = sharding.shard_members(fused, sharding.resolve_devices(devices))
 
     def run(keys, pop_params, env_params):

@@ -95,10 +95,9 @@ def test_fused_limit_computes_popeval_episodes(env_id, pop_size):
     """In a deterministic environment the fused limit plays popeval's episodes (same reset
     keys): its returns and lengths are popeval's, so XLA kept the environment (CartPole's
     reward is a constant 1, so its returns are the episode lengths). 300 members of 4 episodes
-    run in two chunks of 256 members, the second padded; 6 in one of 8."""
+    run in three chunks of 128 members, the last padded; 6 in one of 8."""
     pop = benchmark_programs.population(env_id, pop_size, 120)
-    chunk = layouts.chunk_members(4, pop_size, benchmark_programs.LIMIT_CHUNK_EPISODES)
-    assert chunk == (256 if pop_size == 300 else 8)
+    assert layouts.chunk_members(4, pop_size) == (128 if pop_size == 300 else 8)
     assert not pop.env.stochastic
     keys = jax.random.split(jax.random.key(3), 4)
     returns, lengths = jax.jit(benchmark_programs.fused_limit(pop.env, pop.policy, 120))(

@@ -42,9 +42,12 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
+import math
+
 import jax
 import jax.numpy as jnp
 
+from popeval import keys as keys_lib
 from popeval.episode import Carry, Episode
 
 __all__ = ["Layout", "CPU", "ACCELERATOR", "for_platform", "over_episodes", "episode_keys", "chunk_members",
@@ -109,10 +112,10 @@ def chunk_members(episodes_per_member: int, num_members: int | None = None,
 
 
 def chunked(keys, pop_params, chunk_episodes: int | None):
-    """`(C, num_chunks, keys, pop_params)`: `C = chunk_members(...)` for `keys`' `(P, ...)`
-    episodes, both padded to `num_chunks * C` members (repeating the last)."""
+    """`(C, num_chunks, keys, pop_params)`: `C = chunk_members(...)` for the `(P, ...)` episodes
+    of `keys` (typed or raw), both padded to `num_chunks * C` members (repeating the last)."""
     num_members = keys.shape[0]
-    size = chunk_members(keys[0].size, num_members, chunk_episodes)
+    size = chunk_members(math.prod(keys_lib.key_batch_shape(keys)[1:]), num_members, chunk_episodes)
     num_chunks = -(-num_members // size)
     pad = num_chunks * size - num_members
     if pad:

@@ -248,6 +248,9 @@ def test_small_populations_run_in_small_chunks():
     population (or an evaluation of two policies) is not padded to ~512 episodes."""
     assert [layouts.chunk_members(2, n) for n in (1, 2, 3, 10, 64, 65, 256, 1000)] == [1, 2, 4, 16, 64, 128, 256, 256]
     assert layouts.chunk_members(64, 2) == 2 and layouts.chunk_members(1024, 5) == 1
+    typed = jax.random.split(jax.random.key(0), (300, 8))  # raw PRNGKeys make the same chunks
+    for keys in (typed, jax.random.key_data(typed)):
+        assert layouts.chunked(keys, jnp.zeros(300), 512)[:2] == (64, 5)
     env, params = make("CartPole-v1")
     policy, pop = mlp_population(env, params, 10, seed=2, hidden_sizes=(8,))
     w = RolloutWrapper(policy.apply, env_name="CartPole-v1", devices=1)
@@ -255,6 +258,8 @@ def test_small_populations_run_in_small_chunks():
     fit, traj = both(w, keys, pop)
     assert fit.returns.shape == (10, 3)
     assert_fitness_matches_rollout(fit, traj, "CartPole P=10 B=3")
+    raw = w.population_fitness(jax.random.key_data(keys), pop)
+    np.testing.assert_array_equal(np.asarray(raw.returns), np.asarray(fit.returns))
 
 
 def test_the_tail_runs_in_half_chunks_of_at_least_eight_members():

@@ -133,39 +133,33 @@ def fused_limit(env: Any, policy: MLPPolicy, num_steps: int, devices: int = 1) -
     """The machine's limit for this work: `fn(keys (B,), pop_params, env_params) -> (returns, lengths)`.
 
     Policy and environment fused in one `lax.scan` of `num_steps` steps per chunk of members
-    (popeval's chunks, `layouts.chunked`: 512 episodes on a CPU, where one scan of all members
+    (popeval's chunks, `layouts.trajectories`: 512 episodes on a CPU, where one scan of all members
     was up to 10% slower): no early exit, no per-step keys (every `step_env` gets the key
     `jax.random.key(0)`), one batched matmul per layer and member over its `B` episodes. The
     episodes start from popeval's reset keys (`keys.split_episode`): in an environment that
     draws no randomness after its reset they are popeval's. The lengths depend on every step's
     `done` (a program returning only CartPole's summed reward, 1 per step, would let XLA drop
     the environment)."""
-    fixed, step = jax.random.key(0), jax.vmap(env.step_env, in_axes=(None, 0, 0, None))
+    fixed = jax.random.key(0)
 
-    def member(params, reset_keys, env_params):
-        obs, state = jax.vmap(env.reset_env, in_axes=(0, None))(reset_keys, env_params)
+    def episode(key, params, env_params, _):  # one episode; vmapped over a member's B (one matmul)
+        obs, state = env.reset_env(keys_lib.split_episode(key)[0], env_params)
 
         def body(carry, _):
             obs, state, ret, length, alive = carry
-            action = jax.vmap(policy.apply, in_axes=(None, 0))(params, obs)
-            obs, state, reward, done, _ = step(fixed, state, action, env_params)
+            obs, state, reward, done, _ = env.step_env(fixed, state, policy.apply(params, obs), env_params)
             ret = ret + jnp.where(alive, reward, 0.0)
             return (obs, state, ret, length + alive.astype(jnp.int32), alive & ~done), None
 
-        b = reset_keys.shape
-        init = (obs, state, jnp.zeros(b, jnp.float32), jnp.zeros(b, jnp.int32), jnp.ones(b, bool))
+        init = (obs, state, jnp.zeros((), jnp.float32), jnp.zeros((), jnp.int32), jnp.ones((), bool))
         (_, _, ret, length, _), _ = jax.lax.scan(body, init, None, num_steps)
         return ret, length
 
-    def fused(member_keys, pop_params, env_params):  # member_keys (P, B)
-        reset_keys = jax.vmap(jax.vmap(lambda k: keys_lib.split_episode(k)[0]))(member_keys)
-        size, num_chunks, reset_keys, params = layouts.chunked(reset_keys, pop_params, chunk_episodes)
-        chunks = jax.tree.map(lambda x: x.reshape((num_chunks, size) + x.shape[1:]), (params, reset_keys))
-        out = jax.lax.map(lambda c: jax.vmap(member, in_axes=(0, 0, None))(*c, env_params), chunks)
-        return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:])[:member_keys.shape[0]], out)
-
-    chunk_episodes = layouts.for_platform(sharding.resolve_devices(devices)[0].platform).chunk_episodes
-    sharded = sharding.shard_members(fused, sharding.resolve_devices(devices))
+    devices = sharding.resolve_devices(devices)
+    layout = layouts.for_platform(devices[0].platform)
+    sharded = sharding.shard_members(  # member_keys (P, B)
+        lambda member_keys, pop_params, env_params: layouts.trajectories(
+            episode, member_keys, pop_params, env_params, None, False, layout), devices)
 
     def run(keys, pop_params, env_params):
         size = jax.tree.leaves(pop_params)[0].shape[0]

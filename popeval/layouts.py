@@ -40,9 +40,8 @@ shared. Without an env-param batch (`meta=False`) the `M` level does not exist.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
-
 import math
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -51,7 +50,7 @@ from popeval import keys as keys_lib
 from popeval.episode import Carry, Episode
 
 __all__ = ["Layout", "CPU", "ACCELERATOR", "for_platform", "over_episodes", "episode_keys", "chunk_members",
-           "chunked", "trajectories", "fitness", "CHUNK_EPISODES"]
+           "trajectories", "fitness", "CHUNK_EPISODES"]
 
 
 class Layout(NamedTuple):
@@ -111,11 +110,11 @@ def chunk_members(episodes_per_member: int, num_members: int | None = None,
     return size
 
 
-def chunked(keys, pop_params, chunk_episodes: int | None):
+def _chunked(keys, pop_params, layout: Layout):
     """`(C, num_chunks, keys, pop_params)`: `C = chunk_members(...)` for the `(P, ...)` episodes
     of `keys` (typed or raw), both padded to `num_chunks * C` members (repeating the last)."""
     num_members = keys.shape[0]
-    size = chunk_members(math.prod(keys_lib.key_batch_shape(keys)[1:]), num_members, chunk_episodes)
+    size = chunk_members(math.prod(keys_lib.key_batch_shape(keys)[1:]), num_members, layout.chunk_episodes)
     num_chunks = -(-num_members // size)
     pad = num_chunks * size - num_members
     if pad:
@@ -128,7 +127,7 @@ def trajectories(single: Callable, keys, pop_params, env_params, obs_stats, meta
     """`single(key, params, env_params, obs_stats)` over `(P, [M,] B)`, chunk by chunk."""
     keys = episode_keys(keys, env_params, meta)
     num_members = keys.shape[0]
-    size, num_chunks, keys, pop_params = chunked(keys, pop_params, layout.chunk_episodes)
+    size, num_chunks, keys, pop_params = _chunked(keys, pop_params, layout)
     fn = over_episodes(single, meta, ("PMB", "P", "M", ""))
     split = lambda x: x.reshape((num_chunks, size) + x.shape[1:])  # noqa: E731
     out = jax.lax.map(lambda c: fn(c[0], c[1], env_params, obs_stats), jax.tree.map(split, (keys, pop_params)))
@@ -159,7 +158,7 @@ def fitness(episode: Episode, num_steps: int, keys, pop_params, env_params, obs_
     compaction = compaction and num_steps > 1  # one-step episodes cannot end early: no passes
     keys = episode_keys(keys, env_params, meta)
     num_members = keys.shape[0]
-    size, num_chunks, keys, pop_params = chunked(keys, pop_params, layout.chunk_episodes)
+    size, num_chunks, keys, pop_params = _chunked(keys, pop_params, layout)
     init = over_episodes(episode.init, meta, ("PMB", "M"))
     split = lambda x: x.reshape((num_chunks, size) + x.shape[1:])  # noqa: E731
     merge = lambda x: x.reshape((num_chunks * size,) + x.shape[2:])  # noqa: E731

@@ -250,7 +250,7 @@ def test_small_populations_run_in_small_chunks():
     assert layouts.chunk_members(64, 2) == 2 and layouts.chunk_members(1024, 5) == 1
     typed = jax.random.split(jax.random.key(0), (300, 8))  # raw PRNGKeys make the same chunks
     for keys in (typed, jax.random.key_data(typed)):
-        assert layouts.chunked(keys, jnp.zeros(300), 512)[:2] == (64, 5)
+        assert layouts._chunked(keys, jnp.zeros(300), layouts.CPU)[:2] == (64, 5)
     env, params = make("CartPole-v1")
     policy, pop = mlp_population(env, params, 10, seed=2, hidden_sizes=(8,))
     w = RolloutWrapper(policy.apply, env_name="CartPole-v1", devices=1)

@@ -3,9 +3,8 @@
     popeval bench [--quick] [--envs ...] [--pop-sizes ...] [--devices N ...] [--out FILE]
     python experiments/benchmark.py [same arguments]      # the same, from a source checkout
 
-Rows per workload and population size (the programs: `popeval.benchmark_programs`), then two
-memory checks of the fitness path. What each row and column measures: experiments/README.md.
-Compare rows of one run only.
+Rows per workload and population size (the programs: `popeval.benchmark_programs`), then two memory
+checks of the fitness path. What each row and column measures: experiments/README.md. Compare rows of one run.
 """
 
 from __future__ import annotations
@@ -27,17 +26,16 @@ from typing import Any
 
 import jax
 
-from popeval import benchmark_programs as bp
-from popeval import sharding
+from popeval import benchmark_programs as bp, sharding
 from popeval.benchmark_checks import (EAGER_ENVS, EAGER_STEPS, MB, MEMORY, QUICK_EAGER_STEPS, QUICK_MEMORY,
                                       eager_check, format_eager, format_memory, memory_check, time_interleaved,
                                       wait_for_quiet)
 from popeval.environments import registered_envs
 
 #: workload -> num_env_steps (None: the env's own episode limit)
-WORKLOADS = {"CartPole-v1": None, bp.TRAINED: None, "Pendulum-v1": None, "Acrobot-v1": None,
-             "Breakout-MinAtar": 1000, "Seaquest-MinAtar": 1000}
 MINATAR_STEPS = 1000
+WORKLOADS = {"CartPole-v1": None, bp.TRAINED: None, "Pendulum-v1": None, "Acrobot-v1": None,
+             "Breakout-MinAtar": MINATAR_STEPS, "Seaquest-MinAtar": MINATAR_STEPS}
 POP_SIZES = (64, 512)
 NUM_ROLLOUTS = 8
 QUICK_STEPS = {"CartPole-v1": 50, bp.TRAINED: 50}
@@ -48,11 +46,10 @@ COLUMNS = {  # what the result rows' numbers are
     "time_s": "median wall seconds per evaluation (None: not run, its buffers exceed max_mem_mb)",
     "times_s": f"the timed calls (one, the warm-up, when it took over {SLOW_CALL_S:.0f} s)",
     "compile_s": "trace + lower + compile seconds", "devices": "devices the program runs on",
-    "parts": "parts run side by side on threads (RolloutWrapper's threads; one program each, of P / parts members)",
+    "parts": "pieces a device run side by side on threads (RolloutWrapper's threads; one program each)",
     "load_before": "1-minute load average when the workload started (after --quiet-below's wait)",
     "env_steps": "steps before done (fused limit: all P*B*T steps)", "steps_per_s": "env_steps / time_s",
-    "min_length": "shortest episode (steps before done)",
-    "mem_bytes": "XLA temp + output buffer bytes, all devices and parts",
+    "min_length": "shortest episode (steps before done)", "mem_bytes": "XLA temp + output bytes, all devices and parts",
     "live_over_limit": "steps_per_s / the fused limit's steps_per_s at the same device count (popeval rows)",
     "speedup_vs_gymnax_best": "gymnax best case time_s / time_s",
     "speedup_vs_gymnax_same_options": "gymnax best, popeval opts time_s / time_s (None: no such row)"}
@@ -61,27 +58,33 @@ _CHILD = "POPEVAL_BENCH_DEVICES"  # set in a device-count subprocess: the count 
 
 def prepare(fn: Callable, args: tuple, max_mem_bytes: float, devices: int = 1,
             options: dict | None = None, parts: int = 1) -> tuple[dict, Any, Any]:
-    """Compiles `fn(*args)` ahead of time (on `devices` devices, XLA `options`, for one of `parts`
-    parts) and warms it up: `(stats, compiled or None, the warm-up's output or None)`. A call
-    splits the parameters into `parts` parts over the devices, run side by side on threads, as
-    `RolloutWrapper`'s calls from Python do.
-
-    A program whose XLA temp + output buffers exceed `max_mem_bytes` is compiled but not
-    run (`time_s` None): on a shared machine it could take the memory of other processes. A
-    warm-up call over `SLOW_CALL_S` seconds is the program's one timing (`compiled` None).
-    """
+    """Compiles `fn(*args)` (XLA `options`) for the pieces a call from Python splits the
+    parameters into (`sharding.split_members`: `parts` a device; on CPUs one-device programs, one
+    compiled program per device and piece shape) and warms it up: `(stats, compiled or None,
+    the warm-up's output or None)`. The pieces run side by side on threads, as the wrapper's do.
+    A program whose XLA temp + output buffers (all pieces) exceed `max_mem_bytes` is compiled
+    but not run (`time_s` None; it could take a shared machine's memory). A warm-up call over
+    `SLOW_CALL_S` seconds is the program's one timing (`compiled` None)."""
     split = partial(sharding.split_members, devices=sharding.resolve_devices(devices), parts=parts)
+    programs: dict = {}
+
+    def program(piece):  # a compiled program runs on the devices it was compiled for
+        key = tuple((x.shape, str(getattr(x, "sharding", None))) for x in jax.tree.leaves(piece))
+        if key not in programs:
+            programs[key] = jax.jit(fn).lower(args[0], piece, *args[2:]).compile(options)
+        return programs[key]
+
     t0 = time.perf_counter()
-    program = jax.jit(fn).lower(args[0], split(args[1])[0], *args[2:]).compile(options)
+    first = program(split(args[1])[0])
     compile_s = time.perf_counter() - t0
-    mem_bytes = bp.xla_bytes(program, devices)
+    mem_bytes = bp.xla_bytes(first, devices)  # one device's, or on CPUs one piece's, times the devices
     mem_bytes = None if mem_bytes is None else parts * mem_bytes
     stats = {"compile_s": compile_s, "time_s": None, "times_s": [], "mem_bytes": mem_bytes}
     if mem_bytes is not None and mem_bytes > max_mem_bytes:
         return stats, None, None
 
     def compiled(keys, pop_params, *rest):
-        return sharding.run_parts(lambda part: program(keys, part, *rest), split(pop_params))
+        return sharding.run_parts(lambda part: program(part)(keys, part, *rest), split(pop_params))
 
     t0 = time.perf_counter()
     out = jax.block_until_ready(compiled(*args))

@@ -223,21 +223,23 @@ def programs(pop: Population, keys: jax.Array, impls: tuple[str, ...] = IMPLS,
     if unknown := set(impls) - set(IMPLS):
         raise ValueError(f"unknown impl(s) {sorted(unknown)}; choose from {list(IMPLS)}")
     out: dict[str, Program] = {}
-    # popeval's rows and the fused limit run on all local devices, in the parts on threads of the
-    # wrapper's calls from Python; compiled here in another program, so with the wrapper's options.
+    # popeval's rows and the fused limit run on all local devices, in the pieces on threads of the
+    # wrapper's calls from Python (on CPUs each piece a one-device program, so the programs here
+    # are one device's); compiled here in another program, so with the wrapper's options.
     devices = jax.local_devices()
     num_members = jax.tree.leaves(pop.pop_params)[0].shape[0]
     parts = sharding.member_parts(tuple(devices), num_members, num_members * keys.shape[0], threads)
+    program_devices = 1 if devices[0].platform == "cpu" else len(devices)
     for name, compaction in (("popeval fitness", True), ("popeval fitness nc", False)):
         w = RolloutWrapper(pop.policy.apply, env_name=pop.env_id, num_env_steps=pop.num_env_steps,
-                           compaction=compaction)
+                           compaction=compaction, devices=program_devices)
         out[name] = Program(lambda k, p, e, w=w: w.population_fitness(k, p, e), lambda r: np.asarray(r.lengths),
                             len(devices), options=compiler.options(), parts=parts)
         if compaction:
             out["popeval trajectory"] = Program(lambda k, p, e, w=w: w.population_rollout(k, p, e),
                                                 lambda r: episode_lengths(r[4]), len(devices),
                                                 options=compiler.options(), parts=parts)
-    out["fused limit"] = Program(fused_limit(pop.env, pop.policy, pop.num_env_steps, len(devices)),
+    out["fused limit"] = Program(fused_limit(pop.env, pop.policy, pop.num_env_steps, program_devices),
                                  lambda r: np.asarray(r[1]), len(devices), all_steps=True,
                                  options=compiler.options(), parts=parts)
     if any(name.startswith(("gymnax", "evosax")) for name in impls):

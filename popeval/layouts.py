@@ -16,10 +16,9 @@ Every step of every episode is computed by the same code on shapes that differ o
 number of members side by side, so an episode's result does not depend on the other members
 or on where a member sits in the population, and the trajectory path (`trajectories`: each
 chunk scans `T` steps) equals the fitness path (`fitness`) to the bit. That XLA:CPU rounds an
-episode the same at every chunk width it runs at (from `MIN_WIDTH` members up) is measured,
-not promised by XLA: `tests/test_rollout.py` checks it on every registered environment.
-Across population sizes and device counts the surrounding program differs and XLA:CPU may
-round differently (rarely, and visibly only on chaotic tasks; README, Exactness).
+episode the same at every chunk width it runs at (from `MIN_WIDTH` members up, each width a
+multiple of `LANES` episodes), whatever the population size, is measured, not promised by XLA:
+`tests/test_rollout.py` checks it on every registered environment (README, Exactness).
 
 The fitness path runs in passes. A pass orders the members that still have a running
 episode first (compaction), those that have taken the fewest steps first, so that members
@@ -64,6 +63,11 @@ class Layout(NamedTuple):
 #: About this many episodes run side by side in one chunk on a CPU: enough for the step's fixed
 #: costs to be small next to its work, small enough for a chunk to stay in cache.
 CHUNK_EPISODES = 512
+#: XLA:CPU steps a chunk's episodes in vectors of up to 16 floats (AVX-512); in a chunk whose
+#: episodes are no multiple of that the last few run in scalar code, whose `sin` and `cos` round
+#: differently (Acrobot, 3 episodes a member: 8 members against 16), so the result of an
+#: episode would depend on its place. Every chunk width holds a multiple of `LANES` episodes.
+LANES = 16
 #: CPUs: cache-sized chunks, and a check after every step (a reduction on the same core,
 #: cheap next to the step).
 CPU = Layout(CHUNK_EPISODES, 1)
@@ -101,12 +105,17 @@ def chunk_members(episodes_per_member: int, num_members: int | None = None,
     (`M x B`) each: `chunk_episodes // episodes_per_member`, or, for a smaller population,
     the power of two that holds it (so a small population is not padded to a full chunk,
     and population sizes share few chunk shapes). `chunk_episodes=None`: no cap, the power of
-    two that holds all `num_members` (one chunk)."""
+    two that holds all `num_members` (one chunk). Every width holds a multiple of `LANES`
+    episodes (3 episodes a member: 16 members at least)."""
     size = None if chunk_episodes is None else max(1, chunk_episodes // episodes_per_member)
     if num_members is not None and (size is None or num_members < size):
-        return 1 << max(0, num_members - 1).bit_length()
-    if size is None:
+        size = 1 << max(0, num_members - 1).bit_length()
+    elif size is None:
         raise ValueError("chunk_episodes=None (one chunk) needs num_members")
+    unit = LANES // math.gcd(episodes_per_member, LANES)  # members whose episodes fill whole vectors
+    size = max(unit, size - size % unit)
+    if size // 2 >= MIN_WIDTH and (size // 2) % unit:  # the half width (`widths`) too
+        size = max(2 * unit, size - size % (2 * unit))
     return size
 
 

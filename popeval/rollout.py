@@ -64,10 +64,8 @@ def _leading_axis(tree: Any, what: str) -> int:
     sizes = {x.shape[0] if getattr(x, "ndim", 0) else None for x in jax.tree.leaves(tree)}
     if not sizes or None in sizes or len(sizes) != 1:
         shapes = [getattr(x, "shape", ()) for x in jax.tree.leaves(tree)]
-        raise ValueError(
-            f"{what}: every leaf needs the same leading (population) axis P; got leaf shapes "
-            f"{shapes[:6]}{' ...' if len(shapes) > 6 else ''}"
-        )
+        raise ValueError(f"{what}: every leaf needs the same leading (population) axis P; got leaf shapes "
+                         f"{shapes[:6]}{' ...' if len(shapes) > 6 else ''}")
     return sizes.pop()
 
 
@@ -94,14 +92,12 @@ class RolloutWrapper:
         compaction: let the fitness path gather the members that still have a running
             episode into fewer chunks as others finish (`popeval.layouts`). Same results
             either way, bit for bit.
-        devices: the local devices the population methods split the member axis over:
-            `None` (default) for all local devices, a count, or a list of devices
-            (`popeval.sharding`). Results agree across device counts except in the last
-            bits on some chaotic tasks (README, Exactness).
-        threads: on CPU devices, a population method called from Python splits the members
-            into this many parts run side by side on threads (`None`: the cores per device,
-            `cores // devices`, fewer for small populations; 1: off). Results agree across part
-            counts as across device counts.
+        devices: the local devices the population methods split the member axis over: `None`
+            (default) all, a count, or a list (`popeval.sharding`). On CPUs a call from Python
+            runs one device's program on each device: the same bits as one device.
+        threads: on CPU devices a population method called from Python runs this many pieces a
+            device side by side on threads (`None`: `cores // devices`, fewer for small
+            populations; 1: off), with the same bits.
     """
 
     def __init__(
@@ -169,8 +165,10 @@ class RolloutWrapper:
         # Compiled with popeval's options (`popeval.compiler`), as the evolve loop's programs are.
         self._single_rollout = compiler.jit(self._single_fn)
         self._batch_rollout = compiler.jit(jax.vmap(self._single_fn, in_axes=(0, None, None, None)))
-        self._population_rollout = compiler.jit(sharding.shard_members(self._population_rollout_fn, self.devices))
-        self._population_fitness = compiler.jit(sharding.shard_members(self._population_fitness_fn, self.devices))
+        # (one device's program, the devices' program), for `_run_parts`.
+        self._population_rollout, self._population_fitness = (
+            tuple(compiler.jit(f) for f in (fn, sharding.shard_members(fn, self.devices)))
+            for fn in (self._population_rollout_fn, self._population_fitness_fn))
         self._episode_states: dict[int, Callable] = {}
 
     def _single_fn(self, key, policy_params, env_params, obs_stats):
@@ -188,10 +186,8 @@ class RolloutWrapper:
             return False
         if extra == {1} and len({jnp.shape(g)[0] for g in got}) == 1:
             return True
-        raise ValueError(
-            "env_params: either no leaf or every leaf must carry one extra leading axis "
-            "(a batch of M parameter sets)"
-        )
+        raise ValueError("env_params: either no leaf or every leaf must carry one extra leading axis "
+                         "(a batch of M parameter sets)")
 
     def _population_rollout_fn(self, keys, pop_params, env_params, obs_stats):
         meta = self._is_param_batch(env_params)
@@ -229,13 +225,18 @@ class RolloutWrapper:
         keys = keys_lib.member_keys(keys, jnp.arange(num_members), self.common_random_numbers)
         return keys, env_params, obs_stats
 
-    def _run_parts(self, program, keys, pop_params, env_params, obs_stats):
-        """`program` over the members: split over the devices, on CPUs in parts on threads."""
+    def _run_parts(self, programs, keys, pop_params, env_params, obs_stats):
+        """`programs` (one device's, all devices') over the members, on CPUs in pieces on threads."""
         sets = jax.tree.leaves(env_params)[0].shape[0] if self._is_param_batch(env_params) else 1
         members, episodes = keys_lib.key_batch_shape(keys)  # typed or raw keys
         parts = sharding.member_parts(self.devices, members, members * episodes * sets, self.threads)
-        split = sharding.split_members((keys, pop_params), self.devices, parts)
-        return sharding.run_parts(lambda part: program(*part, env_params, obs_stats), split)
+
+        def run(part):  # a CPU piece: one device's program, the shared arguments on its device
+            if not sharding.on_one_device(part):  # (one device: its program, the other is never compiled)
+                return programs[int(len(self.devices) > 1)](*part, env_params, obs_stats)
+            return programs[0](*part, *jax.device_put((env_params, obs_stats), jax.tree.leaves(part)[0].sharding))
+
+        return sharding.run_parts(run, sharding.split_members((keys, pop_params), self.devices, parts))
 
     def single_rollout(self, key, policy_params, env_params=None, obs_stats=None):
         """One episode: `(obs, action, reward, next_obs, done, cum_return)`, each `(T, ...)`."""

@@ -1,12 +1,10 @@
 """Device sharding of a population: the one module of popeval that mentions devices.
 
-`RolloutWrapper` (`shard_members`): its population methods split the member axis over the
-local devices with `shard_map` (padding `P` to a multiple of the device count with copies of
-the last member, dropped from the outputs); on CPUs, called from Python, also into parts run
-side by side on threads (`member_parts`, `split_members`, `run_parts`): a CPU device runs a
-program on one core, the calling thread's. Each device and part runs the same per-member
-program, but XLA compiles it for its batch, so on some chaotic tasks (CartPole) the last bits
-differ from one device in one part (README, Exactness).
+`RolloutWrapper`: on CPUs a population call from Python runs in one-device pieces, `parts`
+a device (`member_parts`, `split_members`), each on its device and thread (`run_parts`; a CPU
+device runs a program on the calling thread's core). A one-device program rounds as one device
+does; a program over several devices (`shard_members`: inside a trace, on accelerators) can
+round a chaotic task differently (README, Exactness).
 
 The evolve loop (`Replicated`): a generation is one program per device (`shard_map` over a
 mesh of the devices, jitted): every device receives the same replicated inputs (strategy
@@ -15,7 +13,7 @@ it, and all devices `all_gather` the fitness so each runs the (cheap, determinis
 update itself. Padded slots (`P` padded to a multiple of the device count) evaluate a copy of
 the last member and are dropped after the gather. Episode keys derive from member indices,
 never from the layout, so 1, 2 or 4 devices play the same episodes (bit-identical runs on the
-configs `tests/test_sharding.py` checks; the caveat above holds for chaotic tasks).
+configs `tests/test_sharding.py` checks; not the shipped CartPole config: README, Exactness).
 
 Anakin (`popeval.agents.anakin`): a learner `vmap`ped over a batch of environments runs under
 `Replicated` too, its per-environment state split over the devices with `split_leading`.
@@ -36,7 +34,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from popeval import compiler, keys
 
@@ -46,7 +44,7 @@ except ImportError:  # pragma: no cover - another JAX: every part on the calling
     _trace_context = None
 
 __all__ = ["AXIS", "use_all_cores", "num_devices", "resolve_devices", "shard_members", "member_parts", "split_members",
-           "run_parts", "local_slice", "gather_members", "Replicated", "split_leading", "pmap"]
+           "on_one_device", "run_parts", "local_slice", "gather_members", "Replicated", "split_leading", "pmap"]
 
 #: Name of the device axis inside a sharded generation.
 AXIS = "devices"
@@ -102,10 +100,6 @@ def _mesh(devices: Any) -> Mesh:
     return Mesh(np.array(devices), (AXIS,))
 
 
-def _pad_members(tree: Any, pad: int) -> Any:
-    return jax.tree.map(lambda x: jnp.concatenate([x, jnp.repeat(x[-1:], pad, axis=0)]), tree)
-
-
 def shard_members(fn: Callable, devices: tuple) -> Callable:
     """`fn(keys, pop_params, *shared)` with `keys` and `pop_params` split along their leading
     (member) axis over `devices`, the other arguments replicated; every output leaf must have
@@ -119,7 +113,8 @@ def shard_members(fn: Callable, devices: tuple) -> Callable:
         num_members = keys_.shape[0]
         pad = -num_members % len(devices)
         if pad:
-            keys_, pop_params = _pad_members((keys_, pop_params), pad)
+            keys_, pop_params = jax.tree.map(lambda x: jnp.concatenate([x, jnp.repeat(x[-1:], pad, 0)]),
+                                             (keys_, pop_params))
         mapped = jax.shard_map(fn, mesh=mesh, in_specs=(member, member) + (whole,) * len(shared),
                                out_specs=member, check_vma=False)
         out = mapped(keys_, pop_params, *shared)
@@ -148,41 +143,46 @@ def member_parts(devices: tuple, num_members: int, num_episodes: int, threads: i
 
 
 def split_members(tree: Any, devices: tuple, parts: int = 1) -> list:
-    """`tree` (the member axis first on every leaf) as `parts` equal parts (`member_parts`), each
-    split over `devices` as `shard_members`' programs take it, for a call from Python (else JAX
-    reshards the arguments slice by slice: Breakout's 26 MB of parameters, 6-12 ms a call on two
-    CPU devices). On CPU devices a part is a view of the host memory (JAX copies a part not
-    64-byte aligned), elsewhere `jax.device_put`. `[tree]` inside a trace, for arrays spanning
-    other processes, and for `parts=1` on one device or a member count the devices do not divide."""
+    """`tree` (the member axis first on every leaf) in pieces for a call from Python (`run_parts`).
+    On CPUs `parts` pieces a device (sizes differ by one at most), each a view of the host memory
+    (JAX copies one not 64-byte aligned) on its device, for the one-device program. Elsewhere
+    `tree` placed over `devices` as `shard_members`' programs take it (else JAX reshards it slice
+    by slice). `[tree]` inside a trace, for arrays spanning other processes, for one piece, and
+    off the CPU for one device or a member count the devices do not divide."""
     leaves = jax.tree.leaves(tree)
     if not leaves or any(isinstance(x, jax.core.Tracer) or not getattr(x, "is_fully_addressable", True)
-                         for x in leaves):
+                         or np.ndim(x) == 0 for x in leaves):
         return [tree]
-    if parts == 1 and (len(devices) == 1 or any(np.ndim(x) == 0 or np.shape(x)[0] % len(devices) for x in leaves)):
+    members = np.shape(leaves[0])[0]
+    if all(d.platform == "cpu" for d in devices):
+        count = min(members, parts * len(devices))
+        if count <= 1:
+            return [tree]
+        bounds = [i * members // count for i in range(count + 1)]
+
+        def piece(x, i):  # a view of a CPU array's buffer, placed on piece i's device
+            v = np.asarray(keys.to_raw(x))[bounds[i]:bounds[i + 1]]
+            target = SingleDeviceSharding(devices[i * len(devices) // count])
+            return keys.from_raw(jax.make_array_from_callback(v.shape, target, lambda index: v[index]), x)
+
+        return [jax.tree.map(lambda x, i=i: piece(x, i), tree) for i in range(count)]
+    if len(devices) == 1 or members % len(devices):
         return [tree]
     target = NamedSharding(_mesh(devices), PartitionSpec(AXIS))
-    on_host = all(d.platform == "cpu" for d in devices)
+    return [jax.tree.map(lambda x: x if getattr(x, "sharding", None) is not None
+                         and x.sharding.is_equivalent_to(target, x.ndim) else jax.device_put(x, target), tree)]
 
-    def split(x):  # one leaf -> its parts
-        sharding = getattr(x, "sharding", None)
-        if parts == 1 and sharding is not None and sharding.is_equivalent_to(target, x.ndim):
-            return [x]  # laid out already
-        size = np.shape(x)[0] // parts
-        if not on_host or (sharding is not None and any(d.platform != "cpu" for d in sharding.device_set)):
-            return [jax.device_put(x[i * size:(i + 1) * size], target) for i in range(parts)]
-        raw = np.asarray(keys.to_raw(x))  # a view of a CPU array's buffer
-        return [keys.from_raw(jax.make_array_from_callback(v.shape, target, lambda index, v=v: v[index]), x)
-                for v in (raw[i * size:(i + 1) * size] for i in range(parts))]
 
-    split_leaves = [split(x) for x in leaves]
-    return [jax.tree.unflatten(jax.tree.structure(tree), [p[i] for p in split_leaves]) for i in range(parts)]
+def on_one_device(tree: Any) -> bool:
+    """Whether every leaf is an array on one device (a CPU piece of `split_members`)."""
+    return all(isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer) and len(x.devices()) == 1
+               for x in jax.tree.leaves(tree))
 
 
 def run_parts(fn: Callable, parts: list) -> Any:
-    """`fn(part)` for every part of `split_members`, side by side (a CPU device runs a program on
-    the calling thread): the first here, the others on a pool's threads unless this thread is in
-    a JAX configuration context (`with jax.default_matmul_precision(...)`, per thread), outputs
-    concatenated along the member axis; one part: `fn(part)`."""
+    """`fn(part)` for every part of `split_members` side by side: the first here, the others on
+    a pool's threads unless this thread is in a JAX configuration context (per thread); outputs
+    concatenated along the member axis on the first's device. One part: `fn(part)`."""
     if len(parts) == 1:
         return fn(parts[0])
     context = None if _trace_context is None else _trace_context()
@@ -193,7 +193,7 @@ def run_parts(fn: Callable, parts: list) -> Any:
     futures = [_pool(len(parts) - 1).submit(elsewhere, p) for p in parts[1:]]
     outs = [jax.block_until_ready(fn(parts[0]))] + [f.result() for f in futures]
     outs = [jax.block_until_ready(fn(p)) if out is None else out for p, out in zip(parts, outs)]
-    return jax.tree.map(lambda *xs: jnp.concatenate(xs), *outs)
+    return jax.tree.map(lambda *xs: jnp.concatenate([jax.device_put(x, xs[0].sharding) for x in xs]), *outs)
 
 
 def local_slice(pop_size: int, devices: int) -> tuple[jax.Array, int]:

@@ -244,9 +244,11 @@ def test_fitness_equals_trajectory_on_every_env(env_id, kind, compaction):
 
 
 def test_small_populations_run_in_small_chunks():
-    """Fewer members than a full chunk run in the power of two that holds them, so a small
-    population (or an evaluation of two policies) is not padded to ~512 episodes."""
-    assert [layouts.chunk_members(2, n) for n in (1, 2, 3, 10, 64, 65, 256, 1000)] == [1, 2, 4, 16, 64, 128, 256, 256]
+    """Fewer members than a full chunk run in the power of two that holds them (at least
+    `LANES` episodes), so a small population (or an evaluation of two policies) is not padded
+    to ~512 episodes."""
+    assert [layouts.chunk_members(2, n) for n in (1, 2, 3, 10, 64, 65, 256, 1000)] == [8, 8, 8, 16, 64, 128, 256, 256]
+    assert [layouts.chunk_members(3, n) for n in (1, 5, 10, 37, 1000)] == [32, 32, 32, 64, 160]
     assert layouts.chunk_members(64, 2) == 2 and layouts.chunk_members(1024, 5) == 1
     typed = jax.random.split(jax.random.key(0), (300, 8))  # raw PRNGKeys make the same chunks
     for keys in (typed, jax.random.key_data(typed)):
@@ -260,6 +262,24 @@ def test_small_populations_run_in_small_chunks():
     assert_fitness_matches_rollout(fit, traj, "CartPole P=10 B=3")
     raw = w.population_fitness(jax.random.key_data(keys), pop)
     np.testing.assert_array_equal(np.asarray(raw.returns), np.asarray(fit.returns))
+
+
+@pytest.mark.parametrize("env_id", ["Acrobot-v1", "CartPole-v1"])
+def test_a_member_rounds_alike_in_every_population_size(env_id):
+    """3 episodes a member: P=5, 10, 37 and 200 run in chunks of 32, 32, 64 and 160 members
+    (every width a multiple of `LANES` episodes; chunks of 8 members, 24 episodes, rounded
+    Acrobot's and CartPole's states differently): the first 5 members' trajectories are the
+    same to the bit in each, and so are the 37 members' when the population is rotated."""
+    env, params = make(env_id)
+    policy, pop = mlp_population(env, params, 200, seed=3, hidden_sizes=(16,))
+    w = RolloutWrapper(policy.apply, env_name=env_id, devices=1, common_random_numbers=False, num_env_steps=120)
+    keys = jax.random.split(jax.random.key(5), (200, 3))
+    first = lambda n: jax.tree.map(lambda x: x[:n], (keys, pop))  # noqa: E731
+    full = w.population_rollout(*first(200))[0]
+    for n in (5, 10, 37):
+        np.testing.assert_array_equal(np.asarray(w.population_rollout(*first(n))[0]), np.asarray(full[:n]), f"P={n}")
+    rotated = jax.tree.map(lambda x: jnp.roll(x, 17, axis=0), first(37))
+    np.testing.assert_array_equal(np.asarray(w.population_rollout(*rotated)[0]), np.roll(np.asarray(full[:37]), 17, 0))
 
 
 def test_the_tail_runs_in_half_chunks_of_at_least_eight_members():

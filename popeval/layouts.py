@@ -63,10 +63,11 @@ class Layout(NamedTuple):
 #: About this many episodes run side by side in one chunk on a CPU: enough for the step's fixed
 #: costs to be small next to its work, small enough for a chunk to stay in cache.
 CHUNK_EPISODES = 512
-#: XLA:CPU steps a chunk's episodes in vectors of up to 16 floats (AVX-512); in a chunk whose
-#: episodes are no multiple of that the last few run in scalar code, whose `sin` and `cos` round
-#: differently (Acrobot, 3 episodes a member: 8 members against 16), so the result of an
-#: episode would depend on its place. Every chunk width holds a multiple of `LANES` episodes.
+#: XLA:CPU compiles a chunk's step for its shape, and not every shape rounds alike: with 3
+#: episodes a member, chunks of 1-11 and 21 members (3-63 episodes) rounded Acrobot's and
+#: CartPole's states differently from wider chunks, 16 and 32 members (48, 96) did not. Every
+#: width holds a multiple of `LANES` episodes (a vector of 16 floats on AVX-512), which agreed
+#: at every width tried, 1-7 episodes a member (experiments/README.md).
 LANES = 16
 #: CPUs: cache-sized chunks, and a check after every step (a reduction on the same core,
 #: cheap next to the step).

@@ -64,8 +64,8 @@ class Layout(NamedTuple):
 #: costs to be small next to its work, small enough for a chunk to stay in cache.
 CHUNK_EPISODES = 512
 #: XLA:CPU compiles a chunk's step for its shape, and not every shape rounds alike: with 3
-#: episodes a member, chunks of 1-11 and 21 members (3-63 episodes) rounded Acrobot's and
-#: CartPole's states differently from wider chunks, 16 and 32 members (48, 96) did not. Every
+#: episodes a member, chunks of 1-11 and 21 members (3-63 episodes) rounded Acrobot's states
+#: differently from wider chunks (CartPole's: 1-6, 11, 21), 16 and 32 (48, 96) did not. Every
 #: width holds a multiple of `LANES` episodes (a vector of 16 floats on AVX-512), which agreed
 #: at every width tried, 1-7 episodes a member (experiments/README.md).
 LANES = 16

@@ -268,7 +268,7 @@ def test_small_populations_run_in_small_chunks():
 def test_a_member_rounds_alike_in_every_population_size(env_id):
     """3 episodes a member: P=5, 10, 37 and 200 run in chunks of 32, 32, 64 and 160 members
     (every width a multiple of `LANES` episodes; chunks of 8 members, 24 episodes, rounded
-    Acrobot's and CartPole's states differently): the first 5 members' trajectories are the
+    Acrobot's states differently): the first 5 members' trajectories are the
     same to the bit in each, and so are the 37 members' when the population is rotated."""
     env, params = make(env_id)
     policy, pop = mlp_population(env, params, 200, seed=3, hidden_sizes=(16,))

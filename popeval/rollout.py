@@ -231,10 +231,10 @@ class RolloutWrapper:
         members, episodes = keys_lib.key_batch_shape(keys)  # typed or raw keys
         parts = sharding.member_parts(self.devices, members, members * episodes * sets, self.threads)
 
-        def run(part):  # a CPU piece: one device's program, the shared arguments on its device
-            if not sharding.on_one_device(part):  # (one device: its program, the other is never compiled)
-                return programs[int(len(self.devices) > 1)](*part, env_params, obs_stats)
-            return programs[0](*part, *jax.device_put((env_params, obs_stats), jax.tree.leaves(part)[0].sharding))
+        def run(part):  # a CPU piece of several devices: one device's program, the shared arguments there
+            if len(self.devices) > 1 and sharding.on_one_device(part):
+                return programs[0](*part, *jax.device_put((env_params, obs_stats), jax.tree.leaves(part)[0].sharding))
+            return programs[int(len(self.devices) > 1)](*part, env_params, obs_stats)  # one device: never [1]
 
         return sharding.run_parts(run, sharding.split_members((keys, pop_params), self.devices, parts))
 

@@ -143,12 +143,11 @@ def member_parts(devices: tuple, num_members: int, num_episodes: int, threads: i
 
 
 def split_members(tree: Any, devices: tuple, parts: int = 1) -> list:
-    """`tree` (the member axis first on every leaf) in pieces for a call from Python (`run_parts`).
-    On CPUs `parts` pieces a device (sizes differ by one at most), each a view of the host memory
-    (JAX copies one not 64-byte aligned) on its device, for the one-device program. Elsewhere
-    `tree` placed over `devices` as `shard_members`' programs take it (else JAX reshards it slice
-    by slice). `[tree]` inside a trace, for arrays spanning other processes, for one piece, and
-    off the CPU for one device or a member count the devices do not divide."""
+    """`tree` (member axis first) in pieces for a call from Python (`run_parts`). On CPUs `parts` pieces
+    a device (sizes within one), each a view of the host memory on its device (JAX copies one not 64-byte
+    aligned), for the one-device program. Elsewhere `tree` placed over `devices` as `shard_members` takes
+    it (else JAX reshards it slice by slice). `[tree]` inside a trace, for arrays spanning processes, for
+    one piece, and off the CPU for one device or a member count the devices do not divide."""
     leaves = jax.tree.leaves(tree)
     if not leaves or any(isinstance(x, jax.core.Tracer) or not getattr(x, "is_fully_addressable", True)
                          or np.ndim(x) == 0 for x in leaves):
@@ -158,14 +157,15 @@ def split_members(tree: Any, devices: tuple, parts: int = 1) -> list:
         count = min(members, parts * len(devices))
         if count <= 1:
             return [tree]
-        bounds = [i * members // count for i in range(count + 1)]
+        raw = [np.asarray(keys.to_raw(x)) for x in leaves]  # views of the CPU arrays' buffers, once
 
-        def piece(x, i):  # a view of a CPU array's buffer, placed on piece i's device
-            v = np.asarray(keys.to_raw(x))[bounds[i]:bounds[i + 1]]
+        def piece(x, r, i):  # piece i of a leaf, placed on its device
+            v = r[i * members // count:(i + 1) * members // count]
             target = SingleDeviceSharding(devices[i * len(devices) // count])
             return keys.from_raw(jax.make_array_from_callback(v.shape, target, lambda index: v[index]), x)
 
-        return [jax.tree.map(lambda x, i=i: piece(x, i), tree) for i in range(count)]
+        treedef = jax.tree.structure(tree)
+        return [treedef.unflatten([piece(x, r, i) for x, r in zip(leaves, raw)]) for i in range(count)]
     if len(devices) == 1 or members % len(devices):
         return [tree]
     target = NamedSharding(_mesh(devices), PartitionSpec(AXIS))

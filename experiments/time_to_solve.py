@@ -131,7 +131,7 @@ def compile_options(repeats: int = 1, generations: int = 40) -> list[dict]:
     import jax
 
     from popeval.strategies import load_config
-    from popeval.strategies.programs import build, generation_fn, init_fn
+    from popeval.strategies.programs import build, generation_step, init_fn
 
     def cpu():
         usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -142,7 +142,7 @@ def compile_options(repeats: int = 1, generations: int = 40) -> list[dict]:
     state = jax.jit(init_fn(run, config))(seed)
     rows, curves = [], []
     for name, options in [("XLA default", {}), ("popeval", compiler.options())] * repeats:
-        step = sharding.Replicated(generation_fn(run, config, devices), devices)
+        step = generation_step(run, config, devices)
         lowered = step.lower(state, seed)
         t0, c0 = time.perf_counter(), cpu()
         step.compile(lowered, options)
@@ -151,7 +151,7 @@ def compile_options(repeats: int = 1, generations: int = 40) -> list[dict]:
         curve, t0 = [], time.perf_counter()
         for _ in range(generations):
             stacked, metrics = step(stacked, stacked_seed)
-            curve.append(float(metrics["fitness/mean"][0]))
+            curve.append(float(np.asarray(step.first(metrics)["fitness/mean"]).reshape(-1)[0]))
         curves.append(curve)
         rows.append({"name": name, "options": options, "devices": devices, "compile_s": compile_s,
                      "compile_cpu_s": compile_cpu_s, "seconds_per_generation": (time.perf_counter() - t0) / generations,

@@ -4,8 +4,10 @@
     summary = evolve(EvolveConfig(env_name="CartPole-v1", pop_size=256, num_generations=50),
                      RunOptions(run_dir="runs/cartpole"))
 
-A generation is one `pmap`ped program per device (`strategies.programs`, `popeval.sharding`);
-its state stays on the devices between generations. Metrics go to the sinks it is given
+A generation runs on CPU devices as one-device programs (ask, evaluate pieces of the population
+on every device, tell: `sharding.Pieces`), so any device count gives the same bits; on
+accelerators as one program over the devices (`sharding.Replicated`). Its state stays on the
+devices between generations (`strategies.programs.generation_step`). Metrics go to the sinks it is given
 (`popeval.sinks`; default: CSV, plot, W&B and a progress bar on a terminal). The state is
 checkpointed every `checkpoint_every` generations and when the run stops, for any reason;
 `RunOptions(resume=RUN)` continues exactly where it stopped.
@@ -38,7 +40,7 @@ from popeval.sinks import CSVSink, LogSink, PlotSink, ProgressSink, RunInfo, Sin
 
 from . import run_dir as run_dir_lib
 from .config import EvolveConfig, RunOptions
-from .programs import build, eval_fn, generation_fn, init_fn, init_state
+from .programs import build, eval_fn, generation_step, init_fn, init_state
 
 __all__ = ["evolve", "default_sinks", "RunInterrupted"]
 
@@ -58,7 +60,7 @@ def default_sinks(options: RunOptions) -> list[Sink]:
 class _Startup:
     """The two helper threads of a run's start-up (see the module docstring)."""
 
-    def __init__(self, step: sharding.Replicated, evaluate, spec, seed, sinks: Sequence[Sink], info: RunInfo):
+    def __init__(self, step, evaluate, spec, seed, sinks: Sequence[Sink], info: RunInfo):
         self._pool = ThreadPoolExecutor(2, thread_name_prefix="popeval-startup")
         traced = threading.Event()
 
@@ -142,11 +144,12 @@ def evolve(config: EvolveConfig | None = None, options: RunOptions | None = None
     start_gen, elapsed0 = int(meta["generation"]), float(meta.get("elapsed_seconds") or 0.0)
     solved_before = meta.get("solved_at") is not None
     gen, stacked, state, stopped = start_gen, None, None, None
+    runner = ThreadPoolExecutor(1, thread_name_prefix="popeval-generation")
     elapsed = lambda: elapsed0 + time.perf_counter() - t_start  # noqa: E731 - cumulative over resumptions
     try:
         devices = sharding.num_devices()
         seed = np.int32(config.seed)
-        step = sharding.Replicated(generation_fn(run, config, devices), devices)
+        step = generation_step(run, config, devices)
         spec = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
                             jax.eval_shape(init_fn(run, config), seed))
         say("run %s: %s on %s, pop %d x %d rollouts, %d device(s)%s%s", run_dir, run.strategy.name,
@@ -166,12 +169,12 @@ def evolve(config: EvolveConfig | None = None, options: RunOptions | None = None
         compile_time = None
         t0 = time.perf_counter()
         startup.generation.result()
-        # Generation g+1 is dispatched before generation g's metrics are fetched, so logging and
-        # checkpointing overlap the devices' work. A run that stops early drops one generation.
-        pending = step(stacked, stacked_seed) if gen < config.num_generations else None
+        # Generation g+1 runs (on the runner's thread) while generation g's metrics are fetched,
+        # logged and checkpointed here. A run that stops early drops one generation.
+        pending = runner.submit(step, stacked, stacked_seed) if gen < config.num_generations else None
         while pending is not None:
-            new, metrics = pending
-            pending = step(new, stacked_seed) if gen + 1 < config.num_generations else None
+            new, metrics = pending.result()
+            pending = runner.submit(step, new, stacked_seed) if gen + 1 < config.num_generations else None
             metrics = {k: v.item() for k, v in step.first(metrics).items()}
             dt = time.perf_counter() - t0
             t0 += dt
@@ -231,6 +234,7 @@ def evolve(config: EvolveConfig | None = None, options: RunOptions | None = None
                 meta["elapsed_seconds"] = elapsed()
                 checkpoint.save(run_dir, step.first(stacked), meta)
         finally:
+            runner.shutdown(wait=False, cancel_futures=True)
             _close(sinks, startup, failing=sys.exc_info()[0] is not None)
             if lock is not None:
                 lock.release()

@@ -2,14 +2,16 @@
 
     run = build(config)                               # env, policy, manager, strategy
     state = init_state(run, config)                   # EvolveState from the seed
-    generation = generation_fn(run, config, devices)  # per-device: (state, seed) -> (state, metrics)
+    step = generation_step(run, config, devices)      # (state, seed) -> (state, metrics) on the devices
     evaluate = eval_fn(run, config)                   # mean and best policy on the same episodes
 
-A generation, on each device: ask the strategy for the (same) population (or, with
-`sharded_sampling`, sample only this device's members: `Strategy.members`), evaluate this
-device's members with the fitness-only path on episode keys that derive from (seed,
-generation, member index) (`popeval.keys`), all-gather the fitness, tell the strategy, track
-the best member and the observation statistics. Nothing here knows about files or sinks.
+A generation (`generation_parts`): ask the strategy for the population (or, with
+`sharded_sampling`, sample each piece's members where it is evaluated: `Strategy.members`),
+evaluate the members with the fitness-only path on episode keys that derive from (seed,
+generation, member index) (`popeval.keys`), gather the fitness, tell the strategy, track the
+best member and the observation statistics. `generation_step` runs these steps as one-device
+programs on CPUs, or as one program per device (`generation_fn`) on accelerators. Nothing
+here knows about files or sinks.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from popeval.rollout import RolloutWrapper
 from .config import EvolveConfig
 from .strategy import make_strategy, sanitize_fitness
 
-__all__ = ["EvolveState", "Run", "build", "init_fn", "init_state", "generation_fn", "eval_fn"]
+__all__ = ["EvolveState", "Run", "Asked", "build", "init_fn", "init_state", "generation_parts", "generation_fn",
+           "generation_step", "eval_fn"]
 
 
 @struct.dataclass
@@ -106,40 +109,59 @@ def init_state(run: Run, config: EvolveConfig) -> EvolveState:
     return jax.jit(init_fn(run, config)).lower(seed).compile(compiler.options())(seed)
 
 
-def generation_fn(run: Run, config: EvolveConfig, devices: int):
-    """The per-device generation program (traced once; the seed is an argument, so runs that
-    differ only in their seed share the compiled program and the compilation cache)."""
-    pop_size, num_rollouts = config.pop_size, config.num_rollouts
+class Asked(NamedTuple):
+    """A generation's population as every device asked for it (without `sharded_sampling`)."""
 
+    population: Any  # (P, ...) pytree of the members' parameters
+    strategy: Any  # the strategy state after the ask
+
+
+def generation_parts(run: Run, config: EvolveConfig):
+    """`(ask, evaluate, update)`: a generation in three steps that `generation_fn` runs in one
+    program and `generation_step` on CPU devices as one-device programs.
+
+    - `ask(state, seed) -> Asked | None`: the whole population (None with `sharded_sampling`).
+    - `evaluate(state, seed, asked, members) -> (fitness, steps, obs_stats)`: the members with
+      global indices `members` (m,), each on episode keys from (seed, generation, index).
+    - `update(state, seed, asked, (fitness, steps, obs_stats) of all P) -> (state, metrics)`.
+    """
     sampler = run.strategy.members if config.sharded_sampling else None
 
-    def generation(state: EvolveState, seed: jax.Array):
-        key_ask, key_eval = keys_lib.generation_keys(seed, state.generation)
-        if sampler is None:  # every device asks for the whole population, evaluates its slice
-            population, strategy_state = run.strategy.ask(key_ask, state.strategy)
-            members_of = lambda idx: jax.tree.map(lambda x: x[idx], population)  # noqa: E731
-            tell = lambda f: run.strategy.tell(strategy_state, population, f)  # noqa: E731
-        else:  # every device samples its own members; the update regenerates them from the key
-            members_of = lambda idx: sampler.sample(state.strategy, key_ask, idx)  # noqa: E731
-            tell = lambda f: sampler.tell(state.strategy, key_ask, f)  # noqa: E731
-        members, _ = sharding.local_slice(pop_size, devices)
-        mine = members_of(jnp.minimum(members, pop_size - 1))
-        episodes = jax.random.split(key_eval, num_rollouts)
-        keys = keys_lib.member_keys(episodes, members, config.common_random_numbers)
-        result = run.manager.population_fitness(keys, mine, obs_stats=state.obs_stats)
-        fitness = sharding.gather_members(result.returns.mean(axis=-1), pop_size)
-        steps = sharding.gather_members(result.lengths.sum(axis=-1), pop_size)
-        strategy_state, tell_metrics = tell(fitness)
+    def ask(state, seed):
+        if sampler is not None:  # every device samples its own members; tell regenerates them
+            return None
+        return Asked(*run.strategy.ask(keys_lib.generation_keys(seed, state.generation)[0], state.strategy))
+
+    def members_of(state, seed, asked, idx):
+        if asked is None:
+            return sampler.sample(state.strategy, keys_lib.generation_keys(seed, state.generation)[0], idx)
+        return jax.tree.map(lambda x: x[idx], asked.population)
+
+    def evaluate(state, seed, asked, members):
+        key_eval = keys_lib.generation_keys(seed, state.generation)[1]
+        keys = keys_lib.member_keys(jax.random.split(key_eval, config.num_rollouts), members,
+                                    config.common_random_numbers)
+        result = run.manager.population_fitness(keys, members_of(state, seed, asked, members),
+                                                obs_stats=state.obs_stats)
+        return result.returns.mean(axis=-1), result.lengths.sum(axis=-1), result.obs_stats
+
+    def update(state, seed, asked, evaluated):
+        fitness, steps, member_stats = evaluated
+        if asked is None:
+            key_ask = keys_lib.generation_keys(seed, state.generation)[0]
+            strategy_state, tell_metrics = sampler.tell(state.strategy, key_ask, fitness)
+        else:
+            strategy_state, tell_metrics = run.strategy.tell(asked.strategy, asked.population, fitness)
 
         clean, _ = sanitize_fitness(fitness)
         best = jnp.argmax(clean)
         improved = jnp.isfinite(fitness[best]) & (fitness[best] > state.best_fitness)
         best_params = jax.tree.map(lambda b, p: jnp.where(improved, p[0], b), state.best_params,
-                                   members_of(best[None]))
+                                   members_of(state, seed, asked, best[None]))
         best_fitness = jnp.where(improved, fitness[best], state.best_fitness)
         obs_stats = state.obs_stats
         if config.obs_normalization:
-            obs_stats = normalization.merge_stacked(sharding.gather_members(result.obs_stats, pop_size), obs_stats)
+            obs_stats = normalization.merge_stacked(member_stats, obs_stats)
 
         finite = jnp.isfinite(fitness)
         masked = jnp.where(finite, fitness, jnp.nan)
@@ -161,7 +183,32 @@ def generation_fn(run: Run, config: EvolveConfig, devices: int):
         )
         return new, metrics
 
+    return ask, evaluate, update
+
+
+def generation_fn(run: Run, config: EvolveConfig, devices: int):
+    """The per-device generation program for `sharding.Replicated` (traced once; the seed is an
+    argument, so runs that differ only in their seed share the compiled program and the
+    compilation cache): each device evaluates its slice of the population, all-gathers."""
+    ask, evaluate, update = generation_parts(run, config)
+    pop_size = config.pop_size
+
+    def generation(state: EvolveState, seed: jax.Array):
+        asked = ask(state, seed)
+        members, _ = sharding.local_slice(pop_size, devices)
+        evaluated = evaluate(state, seed, asked, jnp.minimum(members, pop_size - 1))
+        return update(state, seed, asked, sharding.gather_members(evaluated, pop_size))
+
     return generation
+
+
+def generation_step(run: Run, config: EvolveConfig, devices: int):
+    """The evolve loop's generation: on CPU devices one-device programs (`sharding.Pieces`:
+    any device count rounds as one device does), elsewhere one program over the devices
+    (`sharding.Replicated`). Either maps `(state, seed)` to `(state, metrics)` on the devices."""
+    if sharding.on_cpus(devices):
+        return sharding.Pieces(*generation_parts(run, config), config.pop_size, devices, config.num_rollouts)
+    return sharding.Replicated(generation_fn(run, config, devices), devices)
 
 
 def _count_nonfinite(tree: Any) -> jax.Array:

@@ -6,9 +6,11 @@ generation communicates, and per-device memory with and without `sharded_samplin
 Every layout is a fresh `popeval launch` (or one `popeval evolve`) of a shipped config for a
 few generations; a generation's time is the median of `metrics.csv`'s `time/elapsed`
 differences after the first two (compilation, and the generation dispatched with it).
-Communicated bytes and per-device memory come from the compiled generation program (XLA's
-collectives in its HLO and `memory_analysis()`), compiled in a process with the layout's
-device count, so a memory row does not need the memory it reports. Prints a table; writes JSON.
+Communicated bytes and per-device memory come from the generation compiled as one program over
+the devices (`programs.generation_fn`, what accelerators run; XLA's collectives in its HLO and
+`memory_analysis()`), compiled in a process with the layout's device count, so a memory row
+does not need the memory it reports. On CPUs the timed runs evaluate in one-device programs
+and gather on the host (`sharding.Pieces`). Prints a table; writes JSON.
 """
 
 from __future__ import annotations

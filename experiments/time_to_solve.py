@@ -125,10 +125,9 @@ def compile_options(repeats: int = 1, generations: int = 40) -> list[dict]:
     same fitness curve bit for bit. `repeats` alternates the two."""
     import resource
 
-    from popeval import compiler, sharding
-
-    sharding.use_all_cores()
     import jax
+
+    from popeval import compiler, sharding
 
     from popeval.strategies import load_config
     from popeval.strategies.programs import build, generation_step, init_fn

@@ -9,9 +9,8 @@
     popeval bench [benchmark arguments]
     popeval render RUN_DIR --out x.gif
 
-This is the application layer, and the only place that changes process-wide state: on a CPU
-machine it gives JAX one device per core before any JAX backend starts (unless the user set a
-count), keeps compiled programs in a persistent cache (`POPEVAL_CACHE_DIR`, see
+This is the application layer, and the only place that changes process-wide state: it keeps
+compiled programs in a persistent cache (`POPEVAL_CACHE_DIR`, see
 `_use_compilation_cache`), silences W&B's console output (`WANDB_SILENT`, unless set) and
 skips the interpreter's teardown (`run`). It imports `popeval.strategies` lazily.
 """
@@ -99,11 +98,6 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("jax").setLevel(logging.WARNING)
     if getattr(args, "process_id", None):  # process 0 of a multi-process run speaks for it
         log.setLevel(logging.ERROR)
-    from popeval import sharding
-
-    msg = sharding.use_all_cores()
-    if msg and args.command in ("evolve", "bench"):
-        log.info(msg)
     if args.command in ("evolve", "eval", "render"):
         msg = _use_compilation_cache()
         if msg and args.command == "evolve":

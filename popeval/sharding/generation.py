@@ -74,19 +74,20 @@ class Pieces:
 
     def lower(self, state: Any, seed: Any) -> list:
         """Traces every program for arguments shaped like `(state, seed)`: `[(key, lowered)]`."""
-        def on(device, tree):
-            return jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype,
-                                                               sharding=SingleDeviceSharding(device)), tree)
+        def on(device, tree, rows=None):  # specs on `device` (`rows`: another leading size)
+            return jax.tree.map(lambda x: jax.ShapeDtypeStruct(
+                np.shape(x) if rows is None else (rows,) + tuple(np.shape(x)[1:]), x.dtype,
+                sharding=SingleDeviceSharding(device)), tree)
 
         args = on(self._first, (state, seed))
-        asked = jax.eval_shape(self._ask, *args)
         out = {self._key(self._ask, args): self._ask.lower(*args)}
+        asked = next(iter(out.values())).out_info
         for ids in self._ids:
             piece = on(next(iter(ids.sharding.device_set)), (state, seed, asked)) + (ids,)
             if self._key(self._evaluate, piece) not in out:
                 out[self._key(self._evaluate, piece)] = self._evaluate.lower(*piece)
-        final = (*args, on(self._first, asked),
-                 on(self._first, jax.eval_shape(self._evaluate, *args, asked, np.zeros(self._pop_size, np.int32))))
+        final = (*args, on(self._first, asked), on(self._first, out[self._key(self._evaluate, piece)].out_info,
+                                                   self._pop_size))
         out[self._key(self._update, final)] = self._update.lower(*final)
         return list(out.items())
 

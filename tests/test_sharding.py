@@ -342,3 +342,32 @@ def test_pieces_evaluate_every_member_once_and_gather_in_order():
     np.testing.assert_array_equal(pieces.first(new)["w"], [2.0] * 3)
     devices = tuple(jax.local_devices())
     assert len(pieces._ids) == sharding.member_parts(devices, 10, 10 * 1024) * len(devices)  # a piece a core
+
+
+def test_the_one_program_generation_agrees_with_the_pieces():
+    """The generation as one program over the devices (`generation_fn` under `Replicated`, what
+    accelerators run) and as one-device programs (`Pieces`, CPUs) compute the same generation:
+    the same fitness curve on Pendulum to float32 rounding (two compilations of the same
+    functions may contract multiply-adds differently; on this CPU they agreed to the bit)."""
+    import jax
+
+    from popeval import keys, sharding
+    from popeval.strategies import EvolveConfig
+    from popeval.strategies.programs import build, generation_fn, generation_parts, init_fn
+
+    config = EvolveConfig(**CONFIGS["openai_es"])
+    run, seed = build(config), np.int32(config.seed)
+    state = jax.jit(init_fn(run, config))(seed)
+    curves, finals = [], []
+    for step in (sharding.Replicated(generation_fn(run, config, 1), 1),
+                 sharding.Pieces(*generation_parts(run, config), config.pop_size, 1, config.num_rollouts)):
+        s, s_seed = step.replicate(state), step.replicate(seed)
+        curve = []
+        for _ in range(config.num_generations):
+            s, metrics = step(s, s_seed)
+            curve.append(float(np.asarray(step.first(metrics)["fitness/mean"]).reshape(-1)[0]))
+        curves.append(curve)
+        finals.append(jax.tree.map(lambda x: np.asarray(keys.to_raw(x)), step.first(s)))
+    assert len(set(curves[0])) > 1
+    np.testing.assert_allclose(curves[1], curves[0], rtol=1e-5)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6), *finals)

@@ -25,11 +25,12 @@ processes (`popeval.distributed`): a generation spans the devices of all process
 process holds the same strategy state.
 """
 
-from popeval.sharding.devices import AXIS, _cores, _mesh, num_devices, on_cpus, pmap, resolve_devices, use_all_cores
+from popeval.sharding.devices import _cores  # noqa: F401 - the tests' count of cores
+from popeval.sharding.devices import AXIS, num_devices, on_cpus, pmap, resolve_devices, use_all_cores
 from popeval.sharding.generation import Pieces, Replicated, gather_members, local_slice, split_leading
 from popeval.sharding.members import (PART_EPISODES, member_parts, on_one_device, run_parts, shard_members,
                                       split_members)
 
 __all__ = ["AXIS", "use_all_cores", "num_devices", "resolve_devices", "on_cpus", "pmap", "shard_members",
            "member_parts", "split_members", "on_one_device", "run_parts", "PART_EPISODES", "local_slice",
-           "gather_members", "Replicated", "Pieces", "split_leading", "_cores", "_mesh"]
+           "gather_members", "Replicated", "Pieces", "split_leading"]

@@ -37,10 +37,15 @@ from popeval.environments import make
 from popeval.policies import MLPPolicy
 from popeval.rollout import RolloutWrapper
 
-__all__ = ["HIDDEN", "IMPLS", "TRAINED", "Population", "Program", "episode_lengths", "fitness_program",
-           "fused_limit", "peak_rss_growth", "population", "programs", "trained_cartpole", "xla_bytes"]
+__all__ = ["HIDDEN", "IMPLS", "LIMIT_CHUNK_EPISODES", "TRAINED", "Population", "Program", "episode_lengths",
+           "fitness_program", "fused_limit", "peak_rss_growth", "population", "programs", "trained_cartpole",
+           "xla_bytes"]
 
 HIDDEN = (32, 32)
+#: The fused limit's chunk on a CPU (episodes a scan steps side by side; popeval's hold 256): with no
+#: early exit 512 ran as fast as 256 on CartPole and Pendulum, 4-7% faster on Acrobot (experiments/README).
+LIMIT_CHUNK_EPISODES = 512
+
 #: The workload name of the trained CartPole population.
 TRAINED = "CartPole-v1 trained"
 IMPLS = ("popeval trajectory", "popeval fitness", "popeval fitness nc", "fused limit", "gymnax best case",
@@ -133,13 +138,13 @@ def fused_limit(env: Any, policy: MLPPolicy, num_steps: int, devices: int = 1) -
     """The machine's limit for this work: `fn(keys (B,), pop_params, env_params) -> (returns, lengths)`.
 
     Policy and environment fused in one `lax.scan` of `num_steps` steps per chunk of members
-    (popeval's chunks, `layouts.trajectories`: 512 episodes on a CPU, where one scan of all members
-    was up to 10% slower): no early exit, no per-step keys (every `step_env` gets the key
-    `jax.random.key(0)`), one batched matmul per layer and member over its `B` episodes. The
-    episodes start from popeval's reset keys (`keys.split_episode`): in an environment that
-    draws no randomness after its reset they are popeval's. The lengths depend on every step's
-    `done` (a program returning only CartPole's summed reward, 1 per step, would let XLA drop
-    the environment)."""
+    (`layouts.trajectories`: on a CPU chunks of `LIMIT_CHUNK_EPISODES`, where one scan of all
+    members was up to 10% slower; elsewhere popeval's accelerator layout, one chunk): no early exit,
+    no per-step keys (every `step_env` gets the key `jax.random.key(0)`), one batched matmul per
+    layer and member over its `B` episodes. The episodes start from popeval's reset keys
+    (`keys.split_episode`): in an environment that draws no randomness after its reset they are
+    popeval's. The lengths depend on every step's `done` (a program returning only CartPole's summed
+    reward, 1 per step, would let XLA drop the environment)."""
     fixed = jax.random.key(0)
 
     def episode(key, params, env_params, _):  # one episode; vmapped over a member's B (one matmul)
@@ -157,6 +162,8 @@ def fused_limit(env: Any, policy: MLPPolicy, num_steps: int, devices: int = 1) -
 
     devices = sharding.resolve_devices(devices)
     layout = layouts.for_platform(devices[0].platform)
+    if layout.chunk_episodes is not None:
+        layout = layout._replace(chunk_episodes=LIMIT_CHUNK_EPISODES)
     sharded = sharding.shard_members(  # member_keys (P, B)
         lambda member_keys, pop_params, env_params: layouts.trajectories(
             episode, member_keys, pop_params, env_params, None, False, layout), devices)

@@ -4,7 +4,7 @@ Members run in **chunks** of a fixed shape: `C` members with all their episodes,
 from the episodes per member (`chunk_members`: about `Layout.chunk_episodes` episodes per
 chunk) and, for a population smaller than that, the power of two that holds its members (on
 this device), so a small population or an evaluation of two policies is not padded to a full
-chunk. The `Layout` depends on the device (`for_platform`): on a CPU chunks of about 512
+chunk. The `Layout` depends on the device (`for_platform`): on a CPU chunks of about 256
 episodes that stay in cache, the exit condition checked after every step; on a GPU or TPU the
 device's whole population in one chunk, the condition checked every 8 steps.
 Inside a chunk, nested `vmap`s over members, env-param sets and episodes (`over_episodes`)
@@ -23,7 +23,7 @@ multiple of `LANES` episodes), whatever the population size, is measured, not pr
 The fitness path runs in passes. A pass orders the members that still have a running
 episode first (compaction), those that have taken the fewest steps first, so that members
 which run long finish together rather than one after another in a mostly empty chunk. It
-steps each chunk of them in a `lax.while_loop` until a quarter of its members are done (a
+steps each chunk of them in a `lax.while_loop` until an eighth of its members are done (a
 single chunk: until its survivors fit the next width), then the next pass packs the
 survivors again; once they fit in half a chunk they run in a chunk of that width (`widths`)
 until done, so finished members stop costing (a chunk checks whether it may stop every
@@ -61,8 +61,10 @@ class Layout(NamedTuple):
 
 
 #: About this many episodes run side by side in one chunk on a CPU: enough for the step's fixed
-#: costs to be small next to its work, small enough for a chunk to stay in cache.
-CHUNK_EPISODES = 512
+#: costs to be small next to its work (a step of 256 CartPole or Pendulum episodes costs 2-4%
+#: more an episode than one of 512), few enough that the members which run long end up in
+#: narrow chunks (on early-exit tasks 15% faster than chunks of 512; experiments/README.md).
+CHUNK_EPISODES = 256
 #: XLA:CPU compiles a chunk's step for its shape, and not every shape rounds alike: with 3
 #: episodes a member, chunks of 1-11 and 21 members (3-63 episodes) rounded Acrobot's states
 #: differently from wider chunks (CartPole's: 1-6, 11, 21), 16 and 32 (48, 96) did not. Every
@@ -170,9 +172,10 @@ def fitness(episode: Episode, num_steps: int, keys, pop_params, env_params, obs_
     num_members = keys.shape[0]
     size, num_chunks, keys, pop_params = _chunked(keys, pop_params, layout)
     init = over_episodes(episode.init, meta, ("PMB", "M"))
-    split = lambda x: x.reshape((num_chunks, size) + x.shape[1:])  # noqa: E731
-    merge = lambda x: x.reshape((num_chunks * size,) + x.shape[2:])  # noqa: E731
-    carry, key_episode = jax.tree.map(merge, jax.lax.map(lambda k: init(k, env_params), split(keys)))
+    # Every member's reset in one vmap, not chunk by chunk: a `lax.map` of one chunk is inlined
+    # and XLA:CPU contracted the reset's multiply-adds (Acrobot's uniform draws) differently
+    # than in a loop of several, so a member's episode depended on the population size.
+    carry, key_episode = init(keys, env_params)
     padding = jnp.arange(num_chunks * size) >= num_members
     carry = carry._replace(alive=carry.alive & ~padding.reshape((-1,) + (1,) * (carry.alive.ndim - 1)))
 
@@ -228,7 +231,7 @@ def fitness(episode: Episode, num_steps: int, keys, pop_params, env_params, obs_
                              lambda s: jnp.argsort(s, stable=True).astype(jnp.int32), steps)
         count = jnp.sum(running)
         # The narrowest width that holds every running member (or full chunks): several
-        # chunks each run until a quarter of their members are done, a single chunk until
+        # chunks each run until an eighth of their members are done, a single chunk until
         # its survivors fit the next width (the next pass packs them into it), the narrowest
         # until done.
         level = jnp.sum(jnp.asarray(ladder[1:]) >= count)
@@ -239,7 +242,7 @@ def fitness(episode: Episode, num_steps: int, keys, pop_params, env_params, obs_
 
             def run(state):
                 chunks = -(-count // width)
-                floor = jnp.where(chunks <= 1, 0 if last else ladder[k + 1], (3 * width) // 4)
+                floor = jnp.where(chunks <= 1, 0 if last else ladder[k + 1], (7 * width) // 8)
                 return jax.lax.fori_loop(0, chunks, run_chunk(width, floor), state)
 
             return run

@@ -85,8 +85,8 @@ def test_quick_benchmark_writes_json_with_device_rows(tmp_path, capsys):
     assert all(r["ms_per_call"] > 0 and r["calls"] >= 1 for r in eager.values())
 
     printed = capsys.readouterr().out
-    for text in ("x gymnax best", "live/limit", "memory over T", "eager env.step in a Python loop", "load average at start", "load average at end",
-                 str(out)):
+    for text in ("x gymnax best", "live/limit", "memory over T", "eager env.step in a Python loop",
+                 "load average at start", "load average at end", str(out)):
         assert text in printed, text
 
 
@@ -95,9 +95,12 @@ def test_fused_limit_computes_popeval_episodes(env_id, pop_size):
     """In a deterministic environment the fused limit plays popeval's episodes (same reset
     keys): its returns and lengths are popeval's, so XLA kept the environment (CartPole's
     reward is a constant 1, so its returns are the episode lengths). 300 members of 4 episodes
-    run in three chunks of 128 members, the last padded; 6 in one of 8."""
+    run in three of the limit's chunks of 128 members, the last padded (popeval's hold 64); 6
+    in one of 8."""
     pop = benchmark_programs.population(env_id, pop_size, 120)
-    assert layouts.chunk_members(4, pop_size) == (128 if pop_size == 300 else 8)
+    limit_chunk = layouts.chunk_members(4, pop_size, benchmark_programs.LIMIT_CHUNK_EPISODES)
+    assert limit_chunk == (128 if pop_size == 300 else 8)
+    assert layouts.chunk_members(4, pop_size) == (64 if pop_size == 300 else 8)
     assert not pop.env.stochastic
     keys = jax.random.split(jax.random.key(3), 4)
     returns, lengths = jax.jit(benchmark_programs.fused_limit(pop.env, pop.policy, 120))(

@@ -246,13 +246,13 @@ def test_fitness_equals_trajectory_on_every_env(env_id, kind, compaction):
 def test_small_populations_run_in_small_chunks():
     """Fewer members than a full chunk run in the power of two that holds them (at least
     `LANES` episodes), so a small population (or an evaluation of two policies) is not padded
-    to ~512 episodes."""
-    assert [layouts.chunk_members(2, n) for n in (1, 2, 3, 10, 64, 65, 256, 1000)] == [8, 8, 8, 16, 64, 128, 256, 256]
-    assert [layouts.chunk_members(3, n) for n in (1, 5, 10, 37, 1000)] == [32, 32, 32, 64, 160]
+    to ~256 episodes."""
+    assert [layouts.chunk_members(2, n) for n in (1, 2, 3, 10, 64, 65, 256, 1000)] == [8, 8, 8, 16, 64, 128, 128, 128]
+    assert [layouts.chunk_members(3, n) for n in (1, 5, 10, 37, 1000)] == [32, 32, 32, 64, 64]
     assert layouts.chunk_members(64, 2) == 2 and layouts.chunk_members(1024, 5) == 1
     typed = jax.random.split(jax.random.key(0), (300, 8))  # raw PRNGKeys make the same chunks
     for keys in (typed, jax.random.key_data(typed)):
-        assert layouts._chunked(keys, jnp.zeros(300), layouts.CPU)[:2] == (64, 5)
+        assert layouts._chunked(keys, jnp.zeros(300), layouts.CPU)[:2] == (32, 10)
     env, params = make("CartPole-v1")
     policy, pop = mlp_population(env, params, 10, seed=2, hidden_sizes=(8,))
     w = RolloutWrapper(policy.apply, env_name="CartPole-v1", devices=1)
@@ -266,10 +266,13 @@ def test_small_populations_run_in_small_chunks():
 
 @pytest.mark.parametrize("env_id", ["Acrobot-v1", "CartPole-v1"])
 def test_a_member_rounds_alike_in_every_population_size(env_id):
-    """3 episodes a member: P=5, 10, 37 and 200 run in chunks of 32, 32, 64 and 160 members
+    """3 episodes a member: P=5, 10, 37 and 200 run in chunks of 32, 32, 64 and 64 members
     (every width a multiple of `LANES` episodes; chunks of 8 members, 24 episodes, rounded
     Acrobot's states differently): the first 5 members' trajectories are the
-    same to the bit in each, and so are the 37 members' when the population is rotated."""
+    same to the bit in each, and so are the 37 members' when the population is rotated. The
+    fitness path too, 8 episodes a member in one chunk (P=5, 32) and in two (P=64): returns,
+    lengths and the observation statistics, which see every state (one chunk's reset once
+    rounded Acrobot's initial states differently from a loop of chunks')."""
     env, params = make(env_id)
     policy, pop = mlp_population(env, params, 200, seed=3, hidden_sizes=(16,))
     w = RolloutWrapper(policy.apply, env_name=env_id, devices=1, common_random_numbers=False, num_env_steps=120)
@@ -280,6 +283,13 @@ def test_a_member_rounds_alike_in_every_population_size(env_id):
         np.testing.assert_array_equal(np.asarray(w.population_rollout(*first(n))[0]), np.asarray(full[:n]), f"P={n}")
     rotated = jax.tree.map(lambda x: jnp.roll(x, 17, axis=0), first(37))
     np.testing.assert_array_equal(np.asarray(w.population_rollout(*rotated)[0]), np.roll(np.asarray(full[:37]), 17, 0))
+    w = RolloutWrapper(policy.apply, env_name=env_id, devices=1, threads=1, num_env_steps=60, obs_normalization=True)
+    keys = jax.random.split(jax.random.key(1), 8)
+    full = jax.tree.map(np.asarray, w.population_fitness(keys, first(64)[1]))
+    for n in (5, 32):
+        part = jax.tree.map(np.asarray, w.population_fitness(keys, first(n)[1]))
+        for x, y in zip(jax.tree.leaves(part), jax.tree.leaves(full)):
+            np.testing.assert_array_equal(x, y[:n], f"fitness P={n}")
 
 
 def test_the_tail_runs_in_half_chunks_of_at_least_eight_members():
@@ -289,12 +299,12 @@ def test_the_tail_runs_in_half_chunks_of_at_least_eight_members():
 
 
 def test_compaction_cartpole():
-    """P=200, B=8: four chunks of 64 members (the last padded), compacted as members finish;
+    """P=200, B=8: seven chunks of 32 members (the last padded), compacted as members finish;
     fitness == trajectory == the fitness path without compaction, to the bit."""
     env, params = make("CartPole-v1")
     policy, pop = mlp_population(env, params, 200, seed=7, hidden_sizes=(16,))
     w = RolloutWrapper(policy.apply, env_name="CartPole-v1", devices=1)
-    assert layouts.chunk_members(8) == 64 == layouts.chunk_members(8, 200)
+    assert layouts.chunk_members(8) == 32 == layouts.chunk_members(8, 200)
     keys = jax.random.split(jax.random.key(11), 8)
     fit, traj = both(w, keys, pop)
     assert fit.returns.shape == (200, 8)
@@ -317,7 +327,7 @@ def test_compaction_cartpole():
 @pytest.mark.parametrize("env_id,num_steps", [("CartPole-v1", 61), ("Pendulum-v1", 67), ("Breakout-MinAtar", 203)])
 def test_the_accelerator_layout_gives_the_same_bits(env_id, num_steps, monkeypatch):
     """GPUs and TPUs run a device's members in one chunk that checks whether it may stop every
-    8 steps (`layouts.ACCELERATOR`), CPUs in chunks of ~512 episodes that check every step
+    8 steps (`layouts.ACCELERATOR`), CPUs in chunks of ~256 episodes that check every step
     (`layouts.CPU`). Each forced in turn on this platform: fitness == trajectory == the other
     layout, to the bit, with and without compaction, with a step budget that is no multiple of
     8 (members that used it up ride along for the rest of the 8 steps and must not count)."""

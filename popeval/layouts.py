@@ -61,9 +61,10 @@ class Layout(NamedTuple):
 
 
 #: About this many episodes run side by side in one chunk on a CPU: enough for the step's fixed
-#: costs to be small next to its work (a step of 256 CartPole or Pendulum episodes costs 2-4%
-#: more an episode than one of 512), few enough that the members which run long end up in
-#: narrow chunks (on early-exit tasks 15% faster than chunks of 512; experiments/README.md).
+#: costs to be small next to its work (a step of 256 CartPole or Pendulum episodes cost 2-4%
+#: more an episode than one of 512 on a Sapphire Rapids host; CartPole 10-30% more on a Zen 3),
+#: few enough that the members which run long end up in narrow chunks (on early-exit tasks
+#: 15% faster than chunks of 512; experiments/README.md).
 CHUNK_EPISODES = 256
 #: XLA:CPU compiles a chunk's step for its shape, and not every shape rounds alike: with 3
 #: episodes a member, chunks of 1-11 and 21 members (3-63 episodes) rounded Acrobot's states

@@ -383,6 +383,24 @@ def test_results_do_not_depend_on_how_members_are_batched(env_id):
         assert same.mean() >= 0.99, f"P={n}: {np.sum(~same)} of {same.size} episodes differ"
 
 
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Acrobot-v1"])
+def test_discrete_returns_do_not_depend_on_the_episodes_a_member_plays(env_id):
+    """A member's episodes are the rows of one batched product a layer, and XLA:CPU may round
+    a row differently with another number of rows (a continuous action's output layer did:
+    README, Exactness). An argmax of the outputs hides that: the first `b` of a member's 8
+    episodes return the same bits played `b` at a time, with the same keys."""
+    env, params = make(env_id)
+    policy, pop = mlp_population(env, params, 32, seed=6, hidden_sizes=(16,))
+    w = RolloutWrapper(policy.apply, env_name=env_id, devices=1, threads=1)
+    keys = jax.random.split(jax.random.key(7), 8)
+    full = jax.device_get(w.population_fitness(keys, pop))
+    assert int(np.max(full.lengths)) > 100, "no long episode: the test would be too easy"
+    for b in (1, 3, 4):
+        part = jax.device_get(w.population_fitness(keys[:b], pop))
+        np.testing.assert_array_equal(part.returns, full.returns[:, :b], f"{b} episodes a member")
+        np.testing.assert_array_equal(part.lengths, full.lengths[:, :b], f"{b} episodes a member")
+
+
 # ----------------------------------------------------------------------------- key schedule
 def reference_episodes(env, env_params, act, keys, pop_params, num_steps):
     """A plain Python loop over `step_env`, with the wrapper's documented key schedule, for

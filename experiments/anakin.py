@@ -1,5 +1,5 @@
 """Anakin (Podracer, seed 003) on popeval's environments: a Q(lambda) learner vmapped over
-environments and pmapped over devices (`popeval.agents.anakin`).
+environments and run on every device (`experiments/agents/anakin.py`).
 
     python experiments/anakin.py --config experiments/configs/anakin_catch.yaml \\
         [--quick] [--anchor] [--run-dir DIR] [--wandb MODE] [key=value ...]
@@ -38,8 +38,8 @@ def main(argv=None) -> int:
         print(message, file=sys.stderr)
     import dataclasses
 
-    from popeval.agents.anakin import AnakinConfig, train
-    from popeval.agents.common import RunLogger, default_run_dir, load_config
+    from agents.anakin import AnakinConfig, train
+    from agents.common import RunLogger, default_run_dir, load_config
 
     config = load_config(AnakinConfig, args.config, (QUICK if args.quick else []) + args.overrides)
     if args.anchor:
@@ -61,7 +61,7 @@ def main(argv=None) -> int:
              if summary["target_frames"] else ""))
 
     if args.anchor:
-        from popeval.agents import anakin_seed
+        from agents import anakin_seed
 
         per_device = config.batch_size // result["devices"]
         print(f"anchor (seed 003's code and Catch): {per_device} environments per device", flush=True)

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import sys
 
-from popeval.environments import register
-
 from popeval import cli
+from popeval.environments import register
 
 #: The brax environments registered here (any `brax.envs` name works with `brax_env`).
 BRAX_ENVS = ("inverted_pendulum", "inverted_double_pendulum", "reacher", "swimmer", "hopper",
@@ -27,7 +26,7 @@ def _factory(env_name: str):
     """`make`'s constructor for one brax environment: its keyword arguments are what a
     config's `env_kwargs` may set."""
     def build(backend: str | None = None, max_steps_in_episode: int = 1000):
-        from popeval.suites import brax as brax_suite
+        from popeval.environments.suites import brax as brax_suite
 
         return brax_suite.brax_env(env_name, backend=backend or brax_suite.DEFAULT_BACKEND,
                                    max_steps_in_episode=max_steps_in_episode)

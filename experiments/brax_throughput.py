@@ -33,7 +33,7 @@ import numpy as np
 
 from popeval import MLPPolicy, RolloutWrapper
 from popeval import keys as keys_lib
-from popeval.suites import brax_env
+from popeval.environments.suites import brax_env
 
 
 def brax_scan(env, policy, num_steps: int):

@@ -1,5 +1,5 @@
 """DQN (seed 002, "CartPole with JAX") compiled into one program, seeds vmapped
-(`popeval.agents.dqn`).
+(`experiments/agents/dqn.py`).
 
     python experiments/dqn.py --config experiments/configs/dqn_cartpole.yaml \\
         [--quick] [--anchor] [--anchor-steps N] [--run-dir DIR] [--wandb MODE] [key=value ...]
@@ -10,7 +10,7 @@ evaluation seconds and environment steps per second, and writes `config.json`, `
 (per chunk: frames, return/mean|min|max over seeds, train/loss, train/epsilon,
 train/episode_return), `curve.png` and `result.json` into the run directory. `--anchor` also
 times seed 002's per-step Python loop (gymnasium, a deque, `random.sample`, one jitted update
-per step: `popeval.agents.dqn_seed`, needs gymnasium) with the same config for
+per step: `agents.dqn_seed`, needs gymnasium) with the same config for
 `--anchor-steps` steps of one seed, and the compiled program with one seed over as many
 steps, and prints the ratios of steps per second. `--quick`: two seeds, 6,000 steps (CI;
 seconds of training after ~10 s of compilation).
@@ -39,8 +39,8 @@ def main(argv=None) -> int:
     ap.add_argument("overrides", nargs="*", help="config overrides key=value (YAML values)")
     args = ap.parse_args(argv)
 
-    from popeval.agents.common import RunLogger, default_run_dir, load_config
-    from popeval.agents.dqn import DQNConfig, train
+    from agents.common import RunLogger, default_run_dir, load_config
+    from agents.dqn import DQNConfig, train
 
     config = load_config(DQNConfig, args.config, (QUICK if args.quick else []) + args.overrides)
     if args.anchor:
@@ -75,7 +75,7 @@ def main(argv=None) -> int:
           f"({summary['steps_per_s_per_seed']:.0f} per seed)")
 
     if args.anchor:
-        from popeval.agents.dqn_seed import run_seed_loop
+        from agents.dqn_seed import run_seed_loop
 
         steps = args.anchor_steps or (1500 if args.quick else 10_000)
         print(f"anchor: seed 002's Python loop, one seed, {steps} environment steps ...", flush=True)

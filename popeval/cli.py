@@ -6,7 +6,7 @@
     popeval launch --processes N [--devices-per-process K] -- evolve ...
     popeval eval RUN_DIR [--episodes 64] [--which best|mean] [--num_env_steps=N --env_kwargs={...}]
     popeval list-envs
-    popeval bench [benchmark arguments]
+    popeval bench [--env ID] [--pop_size P] [--num_rollouts B] [--num_env_steps T] [--json FILE]
     popeval render RUN_DIR --out x.gif
 
 This is the application layer, and the only place that changes process-wide state: it keeps
@@ -73,8 +73,16 @@ def _parser(help_asked: bool = False) -> argparse.ArgumentParser:
     sub.add_parser("launch", add_help=False,
                    help="run a command in N local processes (popeval launch --help)")
     sub.add_parser("list-envs", help="registered environment ids", parents=[common])
-    b = sub.add_parser("bench", help="the population-evaluation benchmark (popeval.benchmark)", add_help=False)
-    b.add_argument("args", nargs=argparse.REMAINDER)
+    b = sub.add_parser("bench", help="time popeval's fitness path on this machine (popeval.bench)",
+                       parents=[common])
+    b.add_argument("--env", default="CartPole-v1", help="environment id (default CartPole-v1)")
+    b.add_argument("--pop_size", "--pop-size", type=int, default=256, help="members P (default 256)")
+    b.add_argument("--num_rollouts", "--num-rollouts", type=int, default=8, help="episodes per member B (default 8)")
+    b.add_argument("--num_env_steps", "--num-env-steps", type=int, default=None,
+                   help="steps per episode T (default: the environment's episode limit)")
+    b.add_argument("--hidden", type=int, default=32, help="units in each of the MLP's two hidden layers (default 32)")
+    b.add_argument("--repeats", type=int, default=3, help="timed calls after the compiling one (default 3)")
+    b.add_argument("--json", default=None, metavar="FILE", help="also write the result as JSON")
     r = sub.add_parser("render", help="GIF of a saved controller", parents=[common])
     r.add_argument("run_dir")
     r.add_argument("--out", default=None)
@@ -90,10 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         from popeval import launch
 
         return launch.main(argv[1:])
-    if argv[:1] == ["bench"]:  # every argument is the benchmark's, in its order
-        args, extra = argparse.Namespace(command="bench", args=list(argv[1:])), []
-    else:
-        args, extra = _parser("-h" in argv or "--help" in argv).parse_known_args(argv)
+    args, extra = _parser("-h" in argv or "--help" in argv).parse_known_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("jax").setLevel(logging.WARNING)
     if getattr(args, "process_id", None):  # process 0 of a multi-process run speaks for it
@@ -103,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         if msg and args.command == "evolve":
             log.info(msg)
     try:
-        if extra and args.command not in ("evolve", "eval", "render", "bench"):
+        if extra and args.command not in ("evolve", "eval", "render"):
             raise ValueError(f"unrecognised arguments: {' '.join(extra)}")
         return _COMMANDS[args.command](args, extra)
     except KeyboardInterrupt as e:  # strategies.evolve.RunInterrupted says what was saved
@@ -134,8 +139,8 @@ def run() -> None:
 
     By then everything popeval writes is closed (run files and checkpoints are written and
     closed as they go; a W&B run is finished, and its service is torn down here), so the
-    interpreter's own teardown of JAX, XLA and the imported libraries (~0.5 s on a 2-core
-    machine) is skipped. A process of a multi-process run that fails exits at once, without
+    interpreter's own teardown of JAX, XLA and the imported libraries is skipped
+    (experiments/README.md, "Process exit"). A process of a multi-process run that fails exits at once, without
     JAX's shutdown barrier (which would wait for the others), so the others fail fast too.
     """
     code = main()
@@ -236,9 +241,14 @@ def _list_envs(args, extra) -> int:
 
 
 def _bench(args, extra) -> int:
-    from popeval import benchmark
+    from popeval import bench
 
-    return int(benchmark.main(list(args.args) + list(extra)) or 0)
+    result = bench.bench(args.env, args.pop_size, args.num_rollouts, args.num_env_steps, args.hidden, args.repeats)
+    print(bench.format_result(result))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    return 0
 
 
 def _render(args, extra) -> int:
@@ -254,4 +264,5 @@ def _render(args, extra) -> int:
     return 0
 
 
-_COMMANDS = {"evolve": _evolve, "eval": _eval, "export": _export, "list-envs": _list_envs, "bench": _bench, "render": _render}
+_COMMANDS = {"evolve": _evolve, "eval": _eval, "export": _export, "list-envs": _list_envs, "bench": _bench,
+             "render": _render}

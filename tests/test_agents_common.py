@@ -1,14 +1,13 @@
-"""The RL agents' shared pieces (`popeval.agents.common`): typed configs and run logging."""
+"""The RL agents' shared pieces (`experiments/agents/common.py`): typed configs and run logging."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import typing
 
 import pytest
+from agents.common import RunLogger, load_config
 
-from popeval.agents.common import RunLogger, load_config
 from popeval.sinks import read_metrics
 from popeval.typed_config import check_types
 
@@ -19,7 +18,7 @@ class _Config:
     step_size: float = 1e-3
     batch_size: int = 8
     hidden_sizes: tuple = (64,)
-    target: typing.Optional[float] = None
+    target: float | None = None
 
     def __post_init__(self):
         check_types(self)

@@ -1,4 +1,4 @@
-"""Anakin (`popeval.agents.anakin`, `experiments/anakin.py`): TD(lambda), configs, learning,
+"""Anakin (`experiments/agents/anakin.py`, `experiments/anakin.py`): TD(lambda), configs, learning,
 device counts, the script and its anchor (seed 003's own code)."""
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from agents.anakin import AnakinConfig, train
+from agents.common import load_config
+from agents.td import td_lambda
 from conftest import read_metrics, subprocess_env
 
 from popeval import sharding
-from popeval.agents.anakin import AnakinConfig, train
-from popeval.agents.common import load_config
-from popeval.agents.td import td_lambda
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "experiments" / "configs"
@@ -107,7 +107,7 @@ def test_learns_catch_in_seconds():
 
 DEVICE_SCRIPT = textwrap.dedent("""
     import json, jax, numpy as np
-    from popeval.agents.anakin import AnakinConfig, train
+    from agents.anakin import AnakinConfig, train
     config = AnakinConfig(env_name="SpaceInvaders-MinAtar", batch_size=8, rollout_len=8, iterations=4,
                           num_calls=2, epsilon=0.2, step_size=1e-3, hidden_size=32, eval_episodes=0)
     r = train(config, quiet=True)
@@ -122,7 +122,8 @@ def test_one_two_and_four_devices_agree():
     1, 2 and 4 devices (8, 4, 2 per device) take the same actions: identical episodes and
     returns. The gradient's mean over the batch, then the devices, sums in another order, so
     the losses and parameters agree to float32 rounding (1 ulp seen), not to the bit."""
-    procs = {n: subprocess.Popen([sys.executable, "-c", DEVICE_SCRIPT], env=subprocess_env(JAX_NUM_CPU_DEVICES=str(n)),
+    procs = {n: subprocess.Popen([sys.executable, "-c", DEVICE_SCRIPT],
+                                 env=subprocess_env(JAX_NUM_CPU_DEVICES=str(n), PYTHONPATH=str(REPO / "experiments")),
                                  text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for n in (1, 2, 4)}
     runs = {}
     for n, proc in procs.items():

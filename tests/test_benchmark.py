@@ -1,4 +1,4 @@
-"""The benchmark (`popeval bench`, `popeval.benchmark` and `popeval.benchmark_programs`): the
+"""The benchmark (`experiments/benchmark.py`: `benchmarks.run` and `benchmarks.programs`): the
 quick run writes the JSON it documents, rows from another device count included; the fused
 limit computes the episodes (XLA does not drop the environment); the trained CartPole
 population keeps every episode alive for 500 steps. No speed asserts."""
@@ -10,8 +10,9 @@ import json
 import jax
 import numpy as np
 import pytest
+from benchmarks import checks, programs, run
 
-from popeval import benchmark, benchmark_programs, layouts
+from popeval import layouts
 from popeval.rollout import RolloutWrapper
 
 ROW_KEYS = {"workload", "env", "pop_size", "num_rollouts", "num_env_steps", "devices", "impl", "compile_s",
@@ -32,7 +33,7 @@ def test_quick_benchmark_writes_json_with_device_rows(tmp_path, capsys):
     out = tmp_path / "nested" / "bench.json"
     devices = ["--devices", str(local), str(other)] if cpu else []
     # --quiet-below 1e9: every workload starts at once (and records the load it started at).
-    assert benchmark.main(["--quick", "--out", str(out), "--quiet-below", "1e9", *devices]) == 0
+    assert run.main(["--quick", "--out", str(out), "--quiet-below", "1e9", *devices]) == 0
     report = json.loads(out.read_text())
     assert set(report) == {"config", "machine", "columns", "results", "memory_check", "eager_check"}
     assert report["config"]["quick"] is True and report["config"]["envs"] == ["CartPole-v1"]
@@ -41,8 +42,8 @@ def test_quick_benchmark_writes_json_with_device_rows(tmp_path, capsys):
     rows = report["results"]
     impls = [r["impl"] for r in rows]  # gymnax and evosax are test deps
     # gymnax's best case with popeval's options: only where they are not XLA's defaults (CPUs).
-    expected = [i for i in benchmark_programs.IMPLS if cpu or i != "gymnax best, popeval opts"]
-    assert impls == [i for i in expected for _ in range(2 if cpu and i in benchmark.DEVICE_ROWS else 1)]
+    expected = [i for i in programs.IMPLS if cpu or i != "gymnax best, popeval opts"]
+    assert impls == [i for i in expected for _ in range(2 if cpu and i in run.DEVICE_ROWS else 1)]
     # The fused limit runs on all devices of its process: this one's and the subprocess's.
     assert {r["devices"] for r in rows if r["impl"] == "fused limit"} == ({local, other} if cpu else {local})
     for r in rows:
@@ -97,13 +98,13 @@ def test_fused_limit_computes_popeval_episodes(env_id, pop_size):
     reward is a constant 1, so its returns are the episode lengths). 300 members of 4 episodes
     run in three of the limit's chunks of 128 members, the last padded (popeval's hold 64); 6
     in one of 8."""
-    pop = benchmark_programs.population(env_id, pop_size, 120)
-    limit_chunk = layouts.chunk_members(4, pop_size, benchmark_programs.LIMIT_CHUNK_EPISODES)
+    pop = programs.population(env_id, pop_size, 120)
+    limit_chunk = layouts.chunk_members(4, pop_size, programs.LIMIT_CHUNK_EPISODES)
     assert limit_chunk == (128 if pop_size == 300 else 8)
     assert layouts.chunk_members(4, pop_size) == (64 if pop_size == 300 else 8)
     assert not pop.env.stochastic
     keys = jax.random.split(jax.random.key(3), 4)
-    returns, lengths = jax.jit(benchmark_programs.fused_limit(pop.env, pop.policy, 120))(
+    returns, lengths = jax.jit(programs.fused_limit(pop.env, pop.policy, 120))(
         keys, pop.pop_params, pop.env_params)
     w = RolloutWrapper(pop.policy.apply, env_name=env_id, num_env_steps=120)
     fit = w.population_fitness(keys, pop.pop_params)
@@ -117,38 +118,36 @@ def test_fused_limit_computes_popeval_episodes(env_id, pop_size):
 
 
 def test_trained_cartpole_population_keeps_every_episode_alive():
-    pop = benchmark_programs.population(benchmark_programs.TRAINED, 4)
+    pop = programs.population(programs.TRAINED, 4)
     assert pop.num_env_steps == 500
     kernels = np.asarray(pop.pop_params["params"]["Dense_0"]["kernel"])
     assert not np.array_equal(kernels[0], kernels[1]) and np.all(kernels != 0)  # members differ, dense
     keys = jax.random.split(jax.random.key(7), 2)
     fit = RolloutWrapper(pop.policy.apply, env_name="CartPole-v1").population_fitness(keys, pop.pop_params)
     assert np.all(np.asarray(fit.lengths) == 500) and np.all(np.asarray(fit.returns) == 500.0)
-    _, lengths = jax.jit(benchmark_programs.fused_limit(pop.env, pop.policy, 500))(keys, pop.pop_params,
+    _, lengths = jax.jit(programs.fused_limit(pop.env, pop.policy, 500))(keys, pop.pop_params,
                                                                                    pop.env_params)
     assert np.all(np.asarray(lengths) == 500)
 
 
 def test_trained_cartpole_needs_a_cartpole_mlp():
-    pop = benchmark_programs.population("Pendulum-v1", 2)
+    pop = programs.population("Pendulum-v1", 2)
     template = pop.policy.init_params(jax.random.key(0), pop.env, pop.env_params)
     with pytest.raises(ValueError, match="CartPole"):
-        benchmark_programs.trained_cartpole(pop.policy, template, 2)
+        programs.trained_cartpole(pop.policy, template, 2)
 
 
 def test_wait_for_quiet_waits_until_the_load_falls(monkeypatch):
     """`--quiet-below`: the benchmark polls the load average until it is below the limit, and
     gives up (saying so) after `QUIET_WAIT_S`."""
-    from popeval import benchmark_checks
-
     loads = iter([3.0, 2.0, 1.2, 0.5])
-    monkeypatch.setattr(benchmark_checks.os, "getloadavg", lambda: (next(loads), 0.0, 0.0))
+    monkeypatch.setattr(checks.os, "getloadavg", lambda: (next(loads), 0.0, 0.0))
     logged = []
-    assert benchmark_checks.wait_for_quiet(1.5, logged.append, poll_s=0) == 1.2 and logged == []
-    monkeypatch.setattr(benchmark_checks.os, "getloadavg", lambda: (4.0, 0.0, 0.0))
-    assert benchmark_checks.wait_for_quiet(None, logged.append, poll_s=0) == 4.0 and logged == []
-    monkeypatch.setattr(benchmark_checks, "QUIET_WAIT_S", 0.0)
-    assert benchmark_checks.wait_for_quiet(1.5, logged.append, poll_s=0) == 4.0
+    assert checks.wait_for_quiet(1.5, logged.append, poll_s=0) == 1.2 and logged == []
+    monkeypatch.setattr(checks.os, "getloadavg", lambda: (4.0, 0.0, 0.0))
+    assert checks.wait_for_quiet(None, logged.append, poll_s=0) == 4.0 and logged == []
+    monkeypatch.setattr(checks, "QUIET_WAIT_S", 0.0)
+    assert checks.wait_for_quiet(1.5, logged.append, poll_s=0) == 4.0
     assert logged == ["  the load average is still 4.00 after 0 s; timing anyway"]
 
 
@@ -156,12 +155,12 @@ def test_prepare_runs_a_program_in_parts_on_threads():
     """`prepare(..., parts=2)` compiles the program for half the members and times calls that
     run both halves side by side (as `RolloutWrapper`'s calls from Python do): the same returns
     as one part, and twice one program's buffers."""
-    pop = benchmark_programs.population("CartPole-v1", 64, 50)
+    pop = programs.population("CartPole-v1", 64, 50)
     keys = jax.random.split(jax.random.key(1), 8)
-    prog = benchmark_programs.programs(pop, keys, ("popeval fitness",))["popeval fitness"]
+    prog = programs.programs(pop, keys, ("popeval fitness",))["popeval fitness"]
     args = (keys, pop.pop_params, pop.env_params)
-    one, fn1, out1 = benchmark.prepare(prog.fn, args, float("inf"), prog.devices, prog.options, 1)
-    two, fn2, out2 = benchmark.prepare(prog.fn, args, float("inf"), prog.devices, prog.options, 2)
+    one, fn1, out1 = run.prepare(prog.fn, args, float("inf"), prog.devices, prog.options, 1)
+    two, fn2, out2 = run.prepare(prog.fn, args, float("inf"), prog.devices, prog.options, 2)
     assert fn1 is not None and fn2 is not None and out2.returns.shape == (64, 8)
     assert (np.asarray(out1.returns) == np.asarray(out2.returns)).all()
     assert (np.asarray(fn2(*args).lengths) == np.asarray(out1.lengths)).all()
@@ -171,5 +170,5 @@ def test_prepare_runs_a_program_in_parts_on_threads():
 def test_bad_counts_are_rejected_before_any_work(tmp_path):
     for flag in ("--threads", "--repeats", "--devices"):
         with pytest.raises(SystemExit, match=flag):
-            benchmark.main(["--quick", flag, "0", "--out", str(tmp_path / "x.json")])
+            run.main(["--quick", flag, "0", "--out", str(tmp_path / "x.json")])
     assert not (tmp_path / "x.json").exists()

@@ -1,4 +1,4 @@
-"""DQN (`popeval.agents.dqn`, `experiments/dqn.py`): the ring buffer, the Bellman target,
+"""DQN (`experiments/agents/dqn.py`, `experiments/dqn.py`): the ring buffer, the Bellman target,
 configs, learning in a short run, and the script with its anchor (seed 002's Python loop)."""
 
 from __future__ import annotations
@@ -13,10 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import read_metrics, subprocess_env
-
-from popeval.agents.common import load_config
-from popeval.agents.dqn import (
+from agents.common import load_config
+from agents.dqn import (
     DQNConfig,
     Transition,
     bellman_target,
@@ -25,6 +23,7 @@ from popeval.agents.dqn import (
     buffer_sample,
     train,
 )
+from conftest import read_metrics, subprocess_env
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "experiments" / "configs" / "dqn_cartpole.yaml"

@@ -2,11 +2,13 @@
 
 `environments/` and `strategies/` are installed as `popeval.environments` and
 `popeval.strategies`; no generic top-level `environments` or `strategies` module may land
-in site-packages. Checked for a wheel built from this tree and for the current install.
+in site-packages, and no experiments' code (benchmarks, agents, anchors) is installed. Checked
+for a wheel built from this tree and for the current install.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import shutil
 import subprocess
@@ -63,17 +65,39 @@ IMPORT_CHECK = """
 """
 
 
-@pytest.mark.slow
-def test_wheel_installs_only_the_popeval_package(tmp_path):
-    src = tmp_path / "src"  # build from a copy: the repository is not written to
+#: Wheel paths of code that is not the library: the benchmarks, the RL agents and their anchors
+#: (all in experiments/, which is not installed).
+NOT_LIBRARY = ("popeval/benchmark*", "*/benchmarks/*", "*/agents/*", "*_seed.py", "*scaling_benchmark*",
+               "popeval/suites/*", "experiments/*")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """A wheel built from a copy of this tree (the repository is not written to), once."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    src = tmp / "src"
     shutil.copytree(REPO, src, ignore=COPY_IGNORE)
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", tmp_path / "dist", src],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", tmp / "dist", src],
         check=True,
         capture_output=True,
         timeout=300,
     )
-    (wheel,) = (tmp_path / "dist").glob("popeval-*.whl")
+    (built,) = (tmp / "dist").glob("popeval-*.whl")
+    return built
+
+
+def test_wheel_holds_the_library_only(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    stray = sorted(n for n in names if any(fnmatch.fnmatch(n, pattern) for pattern in NOT_LIBRARY))
+    assert not stray, f"not library code in the wheel: {stray}"
+    assert {"popeval/bench.py", "popeval/environments/suites/__init__.py"} <= set(names)
+    assert fnmatch.fnmatch("popeval/benchmark_programs.py", NOT_LIBRARY[0])  # the patterns would catch them
+    assert fnmatch.fnmatch("popeval/agents/anakin_seed.py", NOT_LIBRARY[2])
+
+
+@pytest.mark.slow
+def test_wheel_installs_only_the_popeval_package(tmp_path, wheel):
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names} == {"popeval", f"{wheel.name.split('-py')[0]}.dist-info"}, names
     missing = source_modules() - set(names)

@@ -1,4 +1,4 @@
-"""The brax adapter (`popeval.suites.brax`): conformance with brax's own environment, the
+"""The brax adapter (`popeval.environments.suites.brax`): conformance with brax's own environment, the
 time limit, RolloutWrapper's two paths on it, and the ES script's quick run."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ brax_envs = pytest.importorskip("brax.envs")
 from conftest import read_metrics, subprocess_env
 
 from popeval import MLPPolicy, RolloutWrapper
-from popeval.suites import brax_env
+from popeval.environments.suites import brax_env
 
 ROOT = Path(__file__).resolve().parents[1]
 T = 60  # rollout steps: a zero or random policy drops the pole well before
@@ -84,9 +84,9 @@ def test_time_limit_truncates(env):
 
 
 def test_brax_is_not_imported_with_popeval():
-    code = ("import sys, popeval, popeval.suites, popeval.strategies; "
+    code = ("import sys, popeval, popeval.environments.suites, popeval.strategies; "
             "assert not any(m == 'brax' or m.startswith('brax.') for m in sys.modules); "
-            "import popeval.suites as s; s.brax_env; assert 'brax' in sys.modules")
+            "import popeval.environments.suites as s; s.brax_env; assert 'brax' in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, env=subprocess_env(), timeout=120)
 
 

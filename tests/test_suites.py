@@ -1,4 +1,4 @@
-"""The adapters of `popeval.suites` (Craftax-Classic, Jumanji, Navix) against the suites.
+"""The adapters of `popeval.environments.suites` (Craftax-Classic, Jumanji, Navix) against the suites.
 
 For each adapter: reset and raw steps agree with the suite's own environment (same keys, same
 actions, until an episode ends), termination and truncation are told apart, the time limit
@@ -99,7 +99,7 @@ def flat(env_id, observation):
 def _jumanji_pair(env_id):
     import jumanji
 
-    from popeval.suites import jumanji_env
+    from popeval.environments.suites import jumanji_env
 
     ref = jumanji.make(env_id, **JUMANJI_KWARGS[env_id])
     return jumanji_env(env_id, **JUMANJI_KWARGS[env_id]), ref, jax.jit(ref.reset), jax.jit(ref.step)
@@ -142,7 +142,7 @@ def test_jumanji_structured_observation():
     the observation NamedTuple: the dict follows the spec, as the flat vector does."""
     env_id = "Maze-v0"
     _, ref, ref_reset, _ = jumanji_pair(env_id)
-    from popeval.suites import jumanji_env
+    from popeval.environments.suites import jumanji_env
 
     env = jumanji_env(ref, flatten=False)
     obs, _ = env.reset(jax.random.key(5))
@@ -189,7 +189,7 @@ NAVIX_ROUTE = (0, 1, 2, 2, 1, 2, 2)
 @pytest.fixture(scope="module")
 def navix_pair():
     navix = pytest.importorskip("navix")
-    from popeval.suites import navix_env
+    from popeval.environments.suites import navix_env
 
     ref = navix.make(NAVIX_ID, max_steps=20)
     return navix_env(NAVIX_ID, max_steps=20), ref, jax.jit(ref.reset), jax.jit(ref.step)
@@ -263,7 +263,7 @@ def craftax_pair():
     pytest.importorskip("craftax")
     from craftax.craftax_env import make_craftax_env_from_name
 
-    from popeval.suites import craftax_classic
+    from popeval.environments.suites import craftax_classic
 
     return craftax_classic(), make_craftax_env_from_name("Craftax-Classic-Symbolic-v1", auto_reset=False)
 

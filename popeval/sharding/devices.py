@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import numpy as np
 from jax.sharding import Mesh
 
-__all__ = ["AXIS", "use_all_cores", "num_devices", "resolve_devices", "on_cpus", "pmap"]
+__all__ = ["AXIS", "use_all_cores", "num_devices", "resolve_devices", "on_cpus"]
 
 #: Name of the device axis inside a sharded generation.
 AXIS = "devices"
@@ -68,9 +68,3 @@ def resolve_devices(devices: Any) -> tuple:
 def _mesh(devices: Any) -> Mesh:
     """The one-axis (`AXIS`) mesh of `devices`."""
     return Mesh(np.array(devices), (AXIS,))
-
-
-def pmap(fn: Callable, devices: Any = None, axis_name: str = AXIS) -> Callable:
-    """`jax.pmap(fn, axis_name)` over `resolve_devices(devices)` (default: every local device),
-    compiled with JAX's defaults on the first call."""
-    return jax.pmap(fn, axis_name=axis_name, devices=resolve_devices(devices))

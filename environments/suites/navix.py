@@ -1,6 +1,6 @@
 """Navix (MiniGrid in JAX) environments as popeval environments.
 
-    from popeval.suites import navix_env
+    from popeval.environments.suites import navix_env
     env = navix_env("Navix-Empty-5x5-v0")          # max_steps_in_episode = navix's max_steps
     obs, state = env.reset(jax.random.key(0))      # obs (5, 5, 3) uint8, symbolic
 
@@ -22,7 +22,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from popeval.environments import spaces
-from popeval.suites.base import SuiteEnv
+from popeval.environments.suites.base import SuiteEnv
 
 __all__ = ["NavixEnv", "navix_env"]
 

@@ -77,7 +77,7 @@ class RunLogger:
             except Exception as e:  # noqa: BLE001 - the metrics are already on disk
                 log.warning("closing %s failed (%s: %s)", type(sink).__name__, type(e).__name__, e)
 
-    def __enter__(self) -> "RunLogger":
+    def __enter__(self) -> RunLogger:
         return self
 
     def __exit__(self, *exc) -> None:

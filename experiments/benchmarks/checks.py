@@ -1,5 +1,5 @@
 """The benchmark's checks besides the timed rows: the fitness path's memory, eager `env.step`
-calls in a Python loop (`popeval.benchmark` prints and saves both), waiting for a quiet
+calls in a Python loop (`benchmarks.run` prints and saves both), waiting for a quiet
 machine before a workload (`wait_for_quiet`), and timing the rows' programs in turns
 (`time_interleaved`)."""
 
@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from popeval import benchmark_programs as bp
+from benchmarks import programs as bp
 from popeval.environments import make
 
 MB = 2**20

@@ -1,6 +1,6 @@
 """Brax (`brax.envs`) environments as popeval `Environment`s.
 
-    from popeval.suites import brax_env
+    from popeval.environments.suites import brax_env
     env = brax_env("inverted_pendulum")       # "brax/inverted_pendulum", 1000-step episodes
 
 Source: Freeman et al., "Brax - A Differentiable Physics Engine for Large Scale Rigid Body
@@ -18,7 +18,7 @@ from brax import envs as brax_envs
 
 from popeval.environments import spaces
 from popeval.environments.registry import did_you_mean
-from popeval.suites.base import SuiteEnv
+from popeval.environments.suites.base import SuiteEnv
 
 __all__ = ["BraxEnv", "brax_env"]
 

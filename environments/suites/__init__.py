@@ -1,6 +1,6 @@
 """Adapters that give other JAX environment suites popeval's environment API.
 
-    from popeval.suites import brax_env
+    from popeval.environments.suites import brax_env
     env = brax_env("inverted_pendulum")          # a popeval Environment
     manager = RolloutWrapper(policy.apply, env=env, num_env_steps=1000)
 
@@ -9,29 +9,30 @@ only when called: the suites are test and benchmark extras (`pip install 'popeva
 never dependencies of popeval. gymnax environments need no adapter: `RolloutWrapper(env=...)`
 takes them as they are (0.x five-value and 1.x six-value steps).
 
-Every adapter is a `SuiteEnv` (`popeval.suites.base`): the suite's state and observation
-ride in a `SuiteState`, the episode limit in `SuiteParams.max_steps_in_episode`, and the
-rest (auto-reset `step`, raw `step_env`, time limit, `info`, fast eager calls,
+Every adapter is a `SuiteEnv` (`popeval.environments.suites.base`): the suite's state and
+observation ride in a `SuiteState`, the episode limit in `SuiteParams.max_steps_in_episode`, and
+the rest (auto-reset `step`, raw `step_env`, time limit, `info`, fast eager calls,
 `state_space`) is popeval's `Environment`, so the fitness path's early exit and memory
 guarantees hold unchanged.
 """
 
 from __future__ import annotations
 
-from popeval.suites.base import SuiteEnv, SuiteParams, SuiteState
+from popeval.environments.suites.base import SuiteEnv, SuiteParams, SuiteState
 
 __all__ = ["SuiteEnv", "SuiteParams", "SuiteState"]
 
-# --- brax: imported on first use (`from popeval.suites import brax_env`) -----------------
+# --- brax: imported on first use (`from popeval.environments.suites import brax_env`) -------
 __all__ += ["BraxEnv", "brax_env"]
-_LAZY = {"BraxEnv": "popeval.suites.brax", "brax_env": "popeval.suites.brax"}
+_PACKAGE = "popeval.environments.suites"
+_LAZY = {"BraxEnv": f"{_PACKAGE}.brax", "brax_env": f"{_PACKAGE}.brax"}
 # --- end brax ------------------------------------------------------------------------------
 # --- craftax, jumanji, navix: likewise ------------------------------------------------------
 __all__ += ["CraftaxClassic", "craftax_classic", "JumanjiEnv", "jumanji_env", "NavixEnv", "navix_env"]
 _LAZY.update({
-    "CraftaxClassic": "popeval.suites.craftax", "craftax_classic": "popeval.suites.craftax",
-    "JumanjiEnv": "popeval.suites.jumanji", "jumanji_env": "popeval.suites.jumanji",
-    "NavixEnv": "popeval.suites.navix", "navix_env": "popeval.suites.navix",
+    "CraftaxClassic": f"{_PACKAGE}.craftax", "craftax_classic": f"{_PACKAGE}.craftax",
+    "JumanjiEnv": f"{_PACKAGE}.jumanji", "jumanji_env": f"{_PACKAGE}.jumanji",
+    "NavixEnv": f"{_PACKAGE}.navix", "navix_env": f"{_PACKAGE}.navix",
 })
 # --- end craftax, jumanji, navix ------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """Any single-agent Jumanji environment as a popeval environment.
 
-    from popeval.suites import jumanji_env
+    from popeval.environments.suites import jumanji_env
     env = jumanji_env("Snake-v1")                  # max_steps_in_episode = Snake's time_limit
     obs, state = env.reset(jax.random.key(0))      # obs (725,) float32: the fields, flattened
 
@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from popeval.environments import spaces
-from popeval.suites.base import SuiteEnv
+from popeval.environments.suites.base import SuiteEnv
 
 __all__ = ["JumanjiEnv", "jumanji_env"]
 

@@ -1,6 +1,6 @@
 """Craftax-Classic (symbolic observations) as a popeval environment.
 
-    from popeval.suites import craftax_classic
+    from popeval.environments.suites import craftax_classic
     env = craftax_classic()                       # max_steps_in_episode = craftax's 10000
     obs, state = env.reset(jax.random.key(0))     # obs (1345,) float32 in [0, 1]
 
@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from popeval.environments import spaces
-from popeval.suites.base import SuiteEnv
+from popeval.environments.suites.base import SuiteEnv
 
 __all__ = ["CraftaxClassic", "craftax_classic"]
 

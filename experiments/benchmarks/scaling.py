@@ -1,7 +1,8 @@
 """Scaling of the evolve loop: time per generation over processes and devices, the bytes a
 generation communicates, and per-device memory with and without `sharded_sampling`.
 
-    python experiments/benchmark.py scaling [--quick] [--configs cartpole pendulum_cma_es] [--layouts 1x1 2x1 4x1 1x2 1x4]
+    python experiments/benchmark.py scaling [--quick] [--configs cartpole pendulum_cma_es]
+        [--layouts 1x1 2x1 4x1 1x2 1x4]
 
 Every layout is a fresh `popeval launch` (or one `popeval evolve`) of a shipped config for a
 few generations; a generation's time is the median of `metrics.csv`'s `time/elapsed`
@@ -27,7 +28,10 @@ import tempfile
 import time
 from pathlib import Path
 
-CONFIGS = Path(__file__).resolve().parent.parent / "experiments" / "configs"
+EXPERIMENTS = Path(__file__).resolve().parents[1]
+CONFIGS = EXPERIMENTS / "configs"
+#: The entry script a worker process runs (`experiments/` is then its `sys.path[0]`).
+ENTRY = EXPERIMENTS / "benchmark.py"
 LAYOUTS = ("1x1", "2x1", "4x1", "1x2", "1x4")
 #: The memory comparison: OpenAI-ES, P = 65,536, a 4-96-96-2 MLP (9,986 parameters), 4 devices.
 MEMORY_CASE = {"env_name": "CartPole-v1", "strategy": "openai_es", "pop_size": 65536, "num_rollouts": 1,
@@ -82,7 +86,7 @@ def _program_worker(config: dict) -> dict:
 def program_stats(config: dict, devices: int) -> dict:
     env = dict(os.environ, JAX_NUM_CPU_DEVICES=str(devices), JAX_PLATFORMS="cpu")
     env.pop("XLA_FLAGS", None)
-    out = subprocess.run([sys.executable, "-m", "popeval.strategies.scaling_benchmark", "--worker", json.dumps(config)],
+    out = subprocess.run([sys.executable, str(ENTRY), "scaling", "--worker", json.dumps(config)],
                          capture_output=True, text=True, env=env)
     if out.returncode:
         raise RuntimeError(f"compiling {config} on {devices} devices failed:\n{out.stderr[-3000:]}")

@@ -1,9 +1,8 @@
 """Population-evaluation benchmark: popeval against gymnax's best case and the machine's limit.
 
-    popeval bench [--quick] [--envs ...] [--pop-sizes ...] [--devices N ...] [--out FILE]
-    python experiments/benchmark.py [same arguments]      # the same, from a source checkout
+    python experiments/benchmark.py [--quick] [--envs ...] [--pop-sizes ...] [--devices N ...] [--out FILE]
 
-Rows per workload and population size (the programs: `popeval.benchmark_programs`), then two memory
+Rows per workload and population size (the programs: `benchmarks.programs`), then two memory
 checks of the fitness path. What each row and column measures: experiments/README.md. Compare rows of one run.
 """
 
@@ -26,10 +25,22 @@ from typing import Any
 
 import jax
 
-from popeval import benchmark_programs as bp, sharding
-from popeval.benchmark_checks import (EAGER_ENVS, EAGER_STEPS, MB, MEMORY, QUICK_EAGER_STEPS, QUICK_MEMORY,
-                                      eager_check, format_eager, format_memory, memory_check, time_interleaved,
-                                      wait_for_quiet)
+from benchmarks import programs as bp
+from benchmarks.checks import (
+    EAGER_ENVS,
+    EAGER_STEPS,
+    MB,
+    MEMORY,
+    QUICK_EAGER_STEPS,
+    QUICK_MEMORY,
+    eager_check,
+    format_eager,
+    format_memory,
+    memory_check,
+    time_interleaved,
+    wait_for_quiet,
+)
+from popeval import sharding
 from popeval.environments import registered_envs
 
 #: workload -> num_env_steps (None: the env's own episode limit)
@@ -54,6 +65,8 @@ COLUMNS = {  # what the result rows' numbers are
     "speedup_vs_gymnax_best": "gymnax best case time_s / time_s",
     "speedup_vs_gymnax_same_options": "gymnax best, popeval opts time_s / time_s (None: no such row)"}
 _CHILD = "POPEVAL_BENCH_DEVICES"  # set in a device-count subprocess: the count it must have
+#: The entry script a device-count subprocess runs (`experiments/` is then its `sys.path[0]`).
+ENTRY = Path(__file__).resolve().parents[1] / "benchmark.py"
 
 
 def prepare(fn: Callable, args: tuple, max_mem_bytes: float, devices: int = 1,
@@ -149,7 +162,7 @@ def add_ratios(rows: list[dict]) -> list[dict]:
 
 
 def device_rows(devices: int, workloads: list[str], argv: list[str]) -> list[dict]:
-    """Rows with `devices` CPU devices: a fresh `python -m popeval.benchmark` with
+    """Rows with `devices` CPU devices: a fresh `python experiments/benchmark.py` with
     `JAX_NUM_CPU_DEVICES` set (it must be set before JAX starts). `argv`: its other options."""
     if jax.default_backend() != "cpu":
         raise ValueError(f"--devices {devices}: other device counts are CPU-only (JAX_NUM_CPU_DEVICES); this "
@@ -159,7 +172,7 @@ def device_rows(devices: int, workloads: list[str], argv: list[str]) -> list[dic
     env["XLA_FLAGS"] = " ".join(flags)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "rows.json"
-        cmd = [sys.executable, "-m", "popeval.benchmark", *argv, "--envs", *workloads, "--devices", str(devices),
+        cmd = [sys.executable, str(ENTRY), *argv, "--envs", *workloads, "--devices", str(devices),
                "--no-memory-check", "--no-eager-check", "--out", str(out)]
         if subprocess.run(cmd, check=False, env=env, stdout=subprocess.PIPE).returncode:
             raise RuntimeError(f"the devices={devices} benchmark process failed (its output is above)")
@@ -194,7 +207,7 @@ def format_table(rows: list[dict]) -> str:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="popeval bench", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="benchmark.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true",
                    help="CI mode: CartPole-v1 only, P=8, B=2, 50 steps, 1 repeat, small memory checks")
     p.add_argument("--out", default="bench_results/benchmark.json", help="JSON output path")

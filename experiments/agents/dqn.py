@@ -9,14 +9,15 @@ of preallocated device arrays, action selection and the update are one `lax.scan
 `vmap`s them over seeds in one program run in chunks of `eval_every` steps, evaluating each
 seed's greedy policy between chunks with `RolloutWrapper` (the learning curve; a seed whose
 point reaches `stop_return` keeps those parameters: early stopping, as the ES's stop at
-target). `popeval.agents.dqn_seed`: the seed's Python loop, for comparison.
+target). `agents.dqn_seed`: the seed's Python loop, for comparison.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Callable, NamedTuple, Optional
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -59,7 +60,7 @@ class DQNConfig:
     curve_episodes: int = 20  # greedy episodes per seed for each point of the curve
     eval_episodes: int = 100  # greedy episodes per seed at the end (other episodes)
     target_return: float = 475.0  # a seed solves the task when its final mean reaches it
-    stop_return: Optional[float] = 500.0  # a seed whose curve point reaches it stops learning
+    stop_return: float | None = 500.0  # a seed whose curve point reaches it stops learning
 
     def __post_init__(self):
         check_types(self)  # TypeError naming the key; YAML's 1 -> 1.0 for a float

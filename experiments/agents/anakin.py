@@ -5,7 +5,7 @@ Reinforcement Learning", and its demo notebook (seed 003), here on popeval's env
 
 - per environment (`vmap`, axis `BATCH`): a trajectory of `rollout_len` steps (`lax.scan` of
   the policy and `env.step`, which auto-resets) and its TD(lambda) Q-learning loss
-  (`popeval.agents.td.td_lambda`), averaged with `lax.pmean` over `BATCH`;
+  (`agents.td.td_lambda`), averaged with `lax.pmean` over `BATCH`;
 - per device (`popeval.sharding.Replicated`, axis `sharding.AXIS`): the
   gradient, averaged with `lax.pmean` over the devices, and one `optax.adam` step;
 - `iterations` updates inside one `lax.fori_loop`: one compiled call per device runs them all;
@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Callable, NamedTuple, Optional
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -36,8 +37,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from agents.td import td_lambda
 from popeval import compiler, sharding
-from popeval.agents.td import td_lambda
 from popeval.environments import make
 from popeval.rollout import RolloutWrapper
 from popeval.typed_config import check_types
@@ -64,10 +65,10 @@ class AnakinConfig:
     epsilon: float = 0.0  # probability of a uniformly random action (0: the seed's greedy policy)
     hidden_size: int = 256
     seed: int = 42
-    devices: Optional[int] = None  # None: every local device
+    devices: int | None = None  # None: every local device
     eval_episodes: int = 100  # greedy episodes at the end (0: none)
     eval_max_steps: int = 1000  # cap of an evaluation episode on tasks without a practical limit
-    target_return: Optional[float] = None  # drawn on the curve; the first call reaching it is reported
+    target_return: float | None = None  # drawn on the curve; the first call reaching it is reported
 
     def __post_init__(self):
         check_types(self)
@@ -193,7 +194,7 @@ class TimeIt:
     def __init__(self, tag: str, frames: int | None = None, quiet: bool = False):
         self.tag, self.frames, self.quiet = tag, frames, quiet
 
-    def __enter__(self) -> "TimeIt":
+    def __enter__(self) -> TimeIt:
         self.start = time.perf_counter()
         return self
 

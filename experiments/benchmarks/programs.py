@@ -1,4 +1,4 @@
-"""The programs `popeval.benchmark` times, one per row, and the populations they evaluate.
+"""The programs `benchmarks.run` times, one per row, and the populations they evaluate.
 
     pop = population("CartPole-v1 trained", pop_size=512)
     progs = programs(pop, jax.random.split(jax.random.key(1), 8))   # impl name -> Program

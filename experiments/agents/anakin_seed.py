@@ -1,12 +1,12 @@
 """The seed's Anakin demo (seed 003, DeepMind's Podracer notebook), reproduced for measurement.
 
 This is the anchor that `experiments/anakin.py --anchor` times in the same run as
-`popeval.agents.anakin`: the notebook's `Catch` class, haiku network (flatten, Linear 256,
+`agents.anakin`: the notebook's `Catch` class, haiku network (flatten, Linear 256,
 relu, Linear), greedy policy, `rlax.td_lambda` loss, per-environment parameter copies,
 `pmean` over the batch axis `j` and the device axis `i`, `lax.fori_loop` of `iterations`
 updates, and its timing (COMPILATION is the first call, which also runs it; EXECUTION the
-second). Kept as the seed wrote it, except: keys are named `key`; the devices come from
-`popeval.sharding` (`devices=None`: all, as the seed's `jax.devices()`); `jax.tree.map`
+second). Kept as the seed wrote it, except: keys are named `key`; `pmap` below runs on
+devices chosen by `popeval.sharding` (`devices=None`: all, as the seed's `jax.devices()`); `jax.tree.map`
 replaces the removed `jax.tree_map`; both timed calls block until their results are ready
 (the seed's timer stops when the call returns, which for an asynchronous dispatch can be
 before the work is done); `run_experiment` returns its timings.
@@ -23,10 +23,16 @@ import jax.numpy as jnp
 import optax
 from jax import lax, random
 
+from agents.anakin import TimeIt
 from popeval import sharding
-from popeval.agents.anakin import TimeIt
 
-__all__ = ["Catch", "TimeStep", "get_network_fn", "get_learner_fn", "run_experiment"]
+__all__ = ["Catch", "TimeStep", "get_network_fn", "get_learner_fn", "run_experiment", "pmap"]
+
+
+def pmap(fn, devices=None, axis_name: str = sharding.AXIS):
+    """`jax.pmap(fn, axis_name)` over `sharding.resolve_devices(devices)` (default: every
+    local device), compiled with JAX's defaults on the first call."""
+    return jax.pmap(fn, axis_name=axis_name, devices=sharding.resolve_devices(devices))
 
 
 class Catch:
@@ -145,7 +151,7 @@ def run_experiment(env, batch_size, rollout_len, step_size, iterations, seed, de
 
     learn = get_learner_fn(env, network.apply, optim.update, rollout_len=rollout_len,
                            agent_discount=1, lambda_=0.99, iterations=iterations)
-    learn = sharding.pmap(learn, devices, axis_name="i")
+    learn = pmap(learn, devices, axis_name="i")
 
     def broadcast(x):
         return jnp.broadcast_to(x, (cores_count, batch_size) + x.shape)

@@ -2,4 +2,5 @@
 
 from popeval.cli import run
 
-run()
+if __name__ == "__main__":  # importing the module (a documentation tool does) runs nothing
+    run()

@@ -8,7 +8,7 @@
 """
 
 from . import spaces
-from .environment import EnvParams, EnvState, Environment
+from .environment import Environment, EnvParams, EnvState
 from .registry import REGISTRY, make, register, registered_envs
 from .wrappers import SixValueStep
 

@@ -9,7 +9,7 @@ constructor argument or the observation's dtype or shape:
     # no sticky actions, float32 observations, episodes capped at 1000 steps, as gymnax
 
 `GYMNAX` lists, per id, what the preset changes; ids absent from it either agree with
-gymnax or differ in ways no parameter reproduces (README: "Differences from gymnax").
+gymnax or differ in ways no parameter reproduces (docs/environments.md, "Differences from gymnax").
 """
 
 from __future__ import annotations

@@ -152,7 +152,7 @@ class Environment:
         return math.prod(space.shape)
 
     @property
-    def unwrapped(self) -> "Environment":
+    def unwrapped(self) -> Environment:
         """The environment itself; a view such as `compat.ObservationView` returns its base."""
         return self
 

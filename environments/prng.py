@@ -12,8 +12,8 @@ mode, is passed to `jax.random` itself.
 Why: on CPUs JAX lowers every threefry hash to a `while` loop of five iterations, a dozen
 small kernels each, and keys derived one from another run as loops one after another. A
 MinAtar step derives three (the step's key, the environment's key, the sticky-action
-draw): for a chunk of 512 episodes that took 22 us per step as loops and 3 us as fused
-arithmetic, 8% of Breakout's whole step. Threefry-2x32 (Salmon et al. 2011, "Parallel
+draw), which cost a fraction of that as fused arithmetic (experiments/README.md, "Threefry
+keys"). Threefry-2x32 (Salmon et al. 2011, "Parallel
 random numbers: as easy as 1, 2, 3") hashes a counter pair with a key pair in 20 rounds of
 add, rotate and xor; `split` and `fold_in` hash the counters `(0, i)` and `(0, data)`.
 
@@ -22,16 +22,16 @@ becomes a stack and a transpose under `vmap`, which XLA cannot see through to th
 so each consumer of the key recomputed both hashes in unvectorised code.
 
 Fused arithmetic has a cost where its value is read many times: XLA may fuse the hash into
-each consumer and recompute it per element. Breakout's reset drawing its ball's side this
-way ran 3x slower (the side decides 400 observation cells), Asterix's spawn draws 2.7x
-slower. popeval uses it where it measured faster on all 26 registered environments, with
-the same returns: the step's keys (`popeval.keys.step_keys`) and MinAtar's key split and
+each consumer and recompute it per element (Breakout's reset drawing its ball's side, which
+decides 400 observation cells). popeval uses it where it was faster on every registered
+environment, with the same returns: the step's keys (`popeval.keys.step_keys`) and MinAtar's key split and
 sticky-action draw; a game's own draws and every reset use `jax.random`.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp

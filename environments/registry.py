@@ -6,9 +6,22 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import inspect
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
+from . import compat as compat_lib
+from .bsuite import (
+    Catch,
+    DeepSea,
+    DiscountingChain,
+    MemoryChain,
+    MNISTBandit,
+    SimpleBandit,
+    UmbrellaChain,
+)
 from .classic_control import Acrobot, CartPole, MountainCar, MountainCarContinuous, Pendulum
+from .environment import Environment
+from .minatar import Asterix, Breakout, Freeway, Seaquest, SpaceInvaders
 from .misc import (
     BernoulliBandit,
     FourRooms,
@@ -20,18 +33,6 @@ from .misc import (
     Reacher,
     Swimmer,
 )
-from .bsuite import (
-    Catch,
-    DeepSea,
-    DiscountingChain,
-    MemoryChain,
-    MNISTBandit,
-    SimpleBandit,
-    UmbrellaChain,
-)
-from .minatar import Asterix, Breakout, Freeway, Seaquest, SpaceInvaders
-from . import compat as compat_lib
-from .environment import Environment
 
 __all__ = ["REGISTRY", "close_matches", "did_you_mean", "register", "registered_envs", "make"]
 

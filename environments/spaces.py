@@ -8,7 +8,8 @@ action shape or dtype into a clear error instead of a silent broadcast.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp

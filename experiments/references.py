@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-
 import minatar_players as mp
+import numpy as np
 import zoo
+
 from popeval.environments import make
 
 
@@ -198,7 +198,8 @@ def swimmer(episodes=64, omega=1.7, phi=1.1):
 # ----------------------------------------------------------------------------- MinAtar
 def minatar(env_id: str, players: list, episodes: int, steps: int, **kwargs):
     env, params = make(env_id, **kwargs)
-    return [(name, lambda build=build: play(env, params, build(env, params), episodes, steps)) for name, build in players]
+    return [(name, lambda build=build: play(env, params, build(env, params), episodes, steps))
+            for name, build in players]
 
 
 def freeway_minatar(episodes=64):
@@ -242,7 +243,8 @@ def measure(name: str, episodes: int | None = None, others: bool = True) -> list
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("names", nargs="*", metavar="NAME", help=f"config names (default: all): {', '.join(REFERENCES)}")
+    parser.add_argument("names", nargs="*", metavar="NAME",
+                        help=f"config names (default: all): {', '.join(REFERENCES)}")
     parser.add_argument("--episodes", type=int, help="episodes per player (default: the config's count)")
     args = parser.parse_args(argv)
     unknown = sorted(set(args.names) - set(REFERENCES))

@@ -54,7 +54,7 @@ def _anchor() -> None:
     key = jax.random.key(1)
     state = es.init(key, params, es_params)
     times = []
-    for gen in range(MAX_GENERATIONS):
+    for gen in range(MAX_GENERATIONS):  # noqa: B007 (the count is printed after the loop)
         t0 = time.perf_counter()
         key, k_ask, k_eval, k_tell = jax.random.split(key, 4)
         population, state = es.ask(k_ask, state, es_params)
@@ -128,7 +128,6 @@ def compile_options(repeats: int = 1, generations: int = 40) -> list[dict]:
     import jax
 
     from popeval import compiler, sharding
-
     from popeval.strategies import load_config
     from popeval.strategies.programs import build, generation_step, init_fn
 

@@ -1,7 +1,7 @@
 """The controller zoo (`experiments/controllers/<config>/`): its results table and its
 learning-curve figure.
 
-    python experiments/zoo.py table            # README's table, from each controller's result.json
+    python experiments/zoo.py table            # docs/zoo.md's table, from each controller's result.json
     python experiments/zoo.py table --eval     # ... and a fresh `popeval eval` of each (64 episodes)
     python experiments/zoo.py figure           # experiments/zoo_curves.png from every metrics.csv
 
@@ -66,7 +66,8 @@ def _policy(config: dict) -> str:
     if config["policy"] == "lstm":
         net = f"LSTM {config['hidden_sizes'][0]}"
     elif config["policy"] == "cnn":
-        net = f"CNN {'-'.join(map(str, config.get('conv_channels', [16])))} + MLP {'x'.join(map(str, config['hidden_sizes']))}"
+        channels = "-".join(map(str, config.get("conv_channels", [16])))
+        net = f"CNN {channels} + MLP {'x'.join(map(str, config['hidden_sizes']))}"
     else:
         net = f"MLP {'x'.join(map(str, config['hidden_sizes'])) or 'linear'}"
     if config.get("head", "greedy") == "sampled":

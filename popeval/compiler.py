@@ -4,14 +4,10 @@
     lowered.compile(options())    # the same options for a program compiled ahead of time
 
 On CPUs popeval's programs are compiled with LLVM optimisation level 1 instead of XLA's
-default 3. They are loops over many small fused kernels, which level 3 optimises at length
-and, on a 2-core x86 machine, into code that is no faster, often slower: CartPole's generation
-program (`python experiments/time_to_solve.py --compile-options`) compiled in 1.4-1.7 s
-instead of 2.1-2.8 s and ran 0.057 s instead of 0.063-0.082 s per generation, and
-`experiments/benchmark.py` shows gymnax's own best case 1.1-1.2x faster at level 1 on
-CartPole, Pendulum and Acrobot (its `gymnax best, popeval opts` row), though 0.6-0.8x as
-fast on MinAtar, where popeval's layout is faster at level 1 too. Other backends keep their
-defaults; a level set in `XLA_FLAGS` (`--xla_backend_optimization_level=N`) wins.
+default 3: they are loops over many small fused kernels, which level 3 takes longer to
+compile into code that is no faster (experiments/README.md, "Compiler options"). Other
+backends keep their defaults; a level set in `XLA_FLAGS` (`--xla_backend_optimization_level=N`)
+wins.
 
 The optimisation level is no floating-point contract: the same program can round differently
 at another level (Acrobot's returns did, `tests/test_rollout.py`), so a program reproduces
@@ -26,7 +22,8 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 

@@ -26,6 +26,7 @@ __all__ = ["initialize", "finish", "lost_peer", "process_index", "process_count"
 #: What `initialize` joined: (coordinator_address, num_processes, process_id), or None.
 _joined: tuple | None = None
 
+
 def _detected_cluster() -> str | None:
     """The scheduler that started this process as one of several (one of the clusters
     `jax.distributed.initialize()` detects by itself), or None."""
@@ -49,6 +50,20 @@ def _wait_for_coordinator(address: str, timeout: float) -> None:
                 raise RuntimeError(f"could not reach the coordinator at {address} within {timeout:g} s ({e}); "
                                    f"is process 0 running, and is the address right?") from None
             time.sleep(0.25)
+
+
+def _check_arguments(coordinator_address: str | None, num_processes: int | None, process_id: int | None) -> None:
+    """Refuses an incomplete or malformed set of `initialize`'s arguments."""
+    if any(v is None for v in (coordinator_address, num_processes, process_id)):
+        raise ValueError("a multi-process run needs coordinator_address, num_processes and process_id "
+                         f"together, got {coordinator_address!r}, {num_processes!r}, {process_id!r}")
+    host, _, port = str(coordinator_address).rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"coordinator_address must be HOST:PORT, got {coordinator_address!r}")
+    if isinstance(num_processes, bool) or not isinstance(num_processes, int) or num_processes < 1:
+        raise ValueError(f"num_processes must be a positive integer, got {num_processes!r}")
+    if isinstance(process_id, bool) or not isinstance(process_id, int) or not 0 <= process_id < num_processes:
+        raise ValueError(f"process_id must be in [0, {num_processes}), got {process_id!r}")
 
 
 def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
@@ -75,16 +90,7 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
             return None
         key = ("auto",)
     else:
-        if any(v is None for v in given):
-            raise ValueError("a multi-process run needs coordinator_address, num_processes and process_id "
-                             f"together, got {coordinator_address!r}, {num_processes!r}, {process_id!r}")
-        host, _, port = str(coordinator_address).rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError(f"coordinator_address must be HOST:PORT, got {coordinator_address!r}")
-        if isinstance(num_processes, bool) or not isinstance(num_processes, int) or num_processes < 1:
-            raise ValueError(f"num_processes must be a positive integer, got {num_processes!r}")
-        if isinstance(process_id, bool) or not isinstance(process_id, int) or not 0 <= process_id < num_processes:
-            raise ValueError(f"process_id must be in [0, {num_processes}), got {process_id!r}")
+        _check_arguments(coordinator_address, num_processes, process_id)
         if num_processes == 1:
             return None
         key, cluster = given, None

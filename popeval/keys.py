@@ -2,7 +2,7 @@
 
     key = run_key(seed, GENERATION)              # a named stream of a run
     keys = member_keys(episode_keys, members, common=True)   # (P, B): one key per episode
-    key_reset, key_episode = episode_keys_split(key)         # one episode's two keys
+    key_reset, key_episode = split_episode(key)              # one episode's two keys
     key_policy, key_env = step_keys(key_episode, t)          # step t of an episode
 
 Streams. A run's randomness comes from `jax.random.key(seed)` folded with a stream number,

@@ -79,13 +79,7 @@ def launch(command: list[str], processes: int, *, devices_per_process: int | Non
         port: the coordinator's port on 127.0.0.1 (default: a free one).
         log_dir: where processes 1.. write `process-I.log` (default: a new temporary directory).
     """
-    if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
-        raise ValueError(f"--processes must be a positive integer, got {processes!r}")
-    if devices_per_process is not None and devices_per_process < 1:
-        raise ValueError(f"--devices-per-process must be >= 1, got {devices_per_process}")
-    if command[:1] != ["evolve"]:
-        raise ValueError(f"popeval launch runs `popeval evolve ...` in several processes, got {command[:1] or 'nothing'}"
-                         " (usage: popeval launch --processes N -- evolve --config FILE ...)")
+    _check(command, processes, devices_per_process)
     address = f"127.0.0.1:{port or _free_port()}"
     logs = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="popeval-launch-"))
     logs.mkdir(parents=True, exist_ok=True)
@@ -105,20 +99,7 @@ def launch(command: list[str], processes: int, *, devices_per_process: int | Non
                 out = open(logs / f"process-{i}.log", "wb")
                 files.append(out)
             children.append(subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT if out else None))
-        while True:
-            codes = [child.poll() for child in children]
-            failed = next((i for i, code in enumerate(codes) if code not in (None, 0)), None)
-            if failed is not None:
-                code = codes[failed]
-                print(f"popeval launch: process {failed} failed ({_describe(code)}); stopping the others",
-                      file=sys.stderr, flush=True)
-                if failed > 0:
-                    print(_tail(logs / f"process-{failed}.log"), file=sys.stderr, flush=True)
-                _stop(children)
-                return 128 - code if code < 0 else code
-            if all(code == 0 for code in codes):
-                return 0
-            time.sleep(0.1)
+        return _wait(children, logs)
     except KeyboardInterrupt:
         _stop(children, signal.SIGINT)
         return 130
@@ -126,6 +107,37 @@ def launch(command: list[str], processes: int, *, devices_per_process: int | Non
         _stop(children, signal.SIGKILL)
         for f in files:
             f.close()
+
+
+def _check(command: list[str], processes: int, devices_per_process: int | None) -> None:
+    """Refuses `launch`'s bad arguments."""
+    if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
+        raise ValueError(f"--processes must be a positive integer, got {processes!r}")
+    if devices_per_process is not None and devices_per_process < 1:
+        raise ValueError(f"--devices-per-process must be >= 1, got {devices_per_process}")
+    if command[:1] != ["evolve"]:
+        raise ValueError(f"popeval launch runs `popeval evolve ...` in several processes, got "
+                         f"{command[:1] or 'nothing'} "
+                         "(usage: popeval launch --processes N -- evolve --config FILE ...)")
+
+
+def _wait(children: list[subprocess.Popen], logs: Path) -> int:
+    """Waits until every child succeeded (0) or one failed: then stops the others and returns
+    its exit code (128 + N for signal N)."""
+    while True:
+        codes = [child.poll() for child in children]
+        failed = next((i for i, code in enumerate(codes) if code not in (None, 0)), None)
+        if failed is not None:
+            code = codes[failed]
+            print(f"popeval launch: process {failed} failed ({_describe(code)}); stopping the others",
+                  file=sys.stderr, flush=True)
+            if failed > 0:
+                print(_tail(logs / f"process-{failed}.log"), file=sys.stderr, flush=True)
+            _stop(children)
+            return 128 - code if code < 0 else code
+        if all(code == 0 for code in codes):
+            return 0
+        time.sleep(0.1)
 
 
 def main(argv: list[str]) -> int:

@@ -40,7 +40,9 @@ shared. Without an env-param batch (`meta=False`) the `M` level does not exist.
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from functools import partial
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -61,23 +63,19 @@ class Layout(NamedTuple):
 
 
 #: About this many episodes run side by side in one chunk on a CPU: enough for the step's fixed
-#: costs to be small next to its work (a step of 256 CartPole or Pendulum episodes cost 2-4%
-#: more an episode than one of 512 on a Sapphire Rapids host; CartPole 10-30% more on a Zen 3),
-#: few enough that the members which run long end up in narrow chunks (on early-exit tasks
-#: 15% faster than chunks of 512; experiments/README.md).
+#: costs to be small next to its work, few enough that the members which run long end up in
+#: narrow chunks (experiments/README.md, "Chunk width").
 CHUNK_EPISODES = 256
-#: XLA:CPU compiles a chunk's step for its shape, and not every shape rounds alike: with 3
-#: episodes a member, chunks of 1-11 and 21 members (3-63 episodes) rounded Acrobot's states
-#: differently from wider chunks (CartPole's: 1-6, 11, 21), 16 and 32 (48, 96) did not. Every
-#: width holds a multiple of `LANES` episodes (a vector of 16 floats on AVX-512), which agreed
-#: at every width tried, 1-7 episodes a member (experiments/README.md).
+#: XLA:CPU compiles a chunk's step for its shape, and not every shape rounds alike; widths that
+#: hold a multiple of `LANES` episodes (one vector register of float32s) agreed at every width
+#: tried (experiments/README.md, "Chunk width").
 LANES = 16
 #: CPUs: cache-sized chunks, and a check after every step (a reduction on the same core,
 #: cheap next to the step).
 CPU = Layout(CHUNK_EPISODES, 1)
 #: GPUs and TPUs: one chunk (wide kernels, no chunk after chunk), and a check every 8 steps:
-#: a dynamic loop's exit condition is read back by the host at each iteration, which on an
-#: H200 cost more than a step of 4,096 CartPole episodes (experiments/README.md, GPU).
+#: the host reads a dynamic loop's exit condition back at each iteration, which costs more
+#: than a step (experiments/README.md, "Chunk width").
 ACCELERATOR = Layout(None, 8)
 
 
@@ -165,6 +163,22 @@ def widths(size: int, compaction: bool = True) -> tuple[int, ...]:
     return (size, size // 2) if compaction and size // 2 >= MIN_WIDTH else (size,)
 
 
+class _Passes(NamedTuple):
+    """What the passes of one `fitness` call read: the chunk layout, and the step with its
+    read-only inputs (each chunk gathers its members' rows of these)."""
+
+    step: Callable  # one step of a chunk's episodes: `over_episodes` of `Episode.step`
+    key_episode: Any  # (P', [M,] B) episode keys, P' = num_chunks * size
+    pop_params: Any  # (P', ...) the members' parameters
+    env_params: Any
+    num_steps: int
+    steps_per_check: int
+    size: int  # members in a full chunk
+    num_chunks: int
+    ladder: tuple[int, ...]  # `widths(size, compaction)`
+    compaction: bool
+
+
 def fitness(episode: Episode, num_steps: int, keys, pop_params, env_params, obs_stats, meta: bool,
             compaction: bool = True, layout: Layout = CPU) -> Carry:
     """The final `(P, [M,] B)` carries, each episode stepped until done or `num_steps`."""
@@ -179,78 +193,83 @@ def fitness(episode: Episode, num_steps: int, keys, pop_params, env_params, obs_
     carry, key_episode = init(keys, env_params)
     padding = jnp.arange(num_chunks * size) >= num_members
     carry = carry._replace(alive=carry.alive & ~padding.reshape((-1,) + (1,) * (carry.alive.ndim - 1)))
-
-    def step(t, key_episode, c, params, env_params):
-        return episode.step(t, key_episode, c, params, env_params, obs_stats, False)[0]
-
-    step = over_episodes(step, meta, ("P", "PMB", "PMB", "P", "M"))
-    ladder = widths(size, compaction)
-
-    def live(t, carry):
-        return _running(carry.alive) & (t < num_steps)
-
-    def run_chunk(width, floor):
-        """Steps the members `order[i * width:(i + 1) * width]` until at most `floor` of
-        them run. Parameters and keys are only read (gathered per chunk); the members'
-        step counts and carries are gathered and written back."""
-        def run(i, state):
-            order, t, carry = state
-            idx = jax.lax.dynamic_slice_in_dim(order, i * width, width)
-            take = lambda x: x[idx]  # noqa: E731
-            c_t, c_carry, c_keys, c_params = jax.tree.map(take, (t, carry, key_episode, pop_params))
-
-            def cond(loop):
-                return jnp.sum(live(*loop)) > floor
-
-            def advance(loop):
-                t, c = loop
-                # A member that has taken its num_steps steps rides along (its slot is in the
-                # chunk) but stops counting: its episodes are over.
-                within = (t < num_steps).reshape((-1,) + (1,) * (c.alive.ndim - 1))
-                return t + 1, step(t, c_keys, c._replace(alive=c.alive & within), c_params, env_params)
-
-            def body(loop):  # finished episodes ride along masked, so extra steps change nothing
-                if layout.steps_per_check == 1:
-                    return advance(loop)
-                return jax.lax.fori_loop(0, layout.steps_per_check, lambda _, loop: advance(loop), loop)
-
-            c_t, c_carry = jax.lax.while_loop(cond, body, (c_t, c_carry))
-            put = lambda buf, x: buf.at[idx].set(x, unique_indices=True)  # noqa: E731
-            return order, put(t, c_t), jax.tree.map(put, carry, c_carry)
-
-        return run
-
-    def one_pass(state):
-        order, t, carry = state
-        if not compaction:  # every chunk in place, until it is done
-            return jax.lax.fori_loop(0, num_chunks, run_chunk(size, 0), state)
-        running = live(t, carry)
-        # Running members first, fewest steps taken first, then population order (no sort
-        # while that is the population order, as in the first pass).
-        steps = jnp.where(running, t, jnp.iinfo(jnp.int32).max)
-        order = jax.lax.cond(jnp.all(steps[:-1] <= steps[1:]), lambda s: jnp.arange(s.shape[0], dtype=jnp.int32),
-                             lambda s: jnp.argsort(s, stable=True).astype(jnp.int32), steps)
-        count = jnp.sum(running)
-        # The narrowest width that holds every running member (or full chunks): several
-        # chunks each run until an eighth of their members are done, a single chunk until
-        # its survivors fit the next width (the next pass packs them into it), the narrowest
-        # until done.
-        level = jnp.sum(jnp.asarray(ladder[1:]) >= count)
-
-        def at_width(k):
-            width = ladder[k]
-            last = k == len(ladder) - 1
-
-            def run(state):
-                chunks = -(-count // width)
-                floor = jnp.where(chunks <= 1, 0 if last else ladder[k + 1], (7 * width) // 8)
-                return jax.lax.fori_loop(0, chunks, run_chunk(width, floor), state)
-
-            return run
-
-        return jax.lax.switch(level, [at_width(k) for k in range(len(ladder))], (order, t, carry))
-
+    step = over_episodes(partial(_step_unfrozen, episode, obs_stats), meta, ("P", "PMB", "PMB", "P", "M"))
+    passes = _Passes(step, key_episode, pop_params, env_params, num_steps, layout.steps_per_check, size,
+                     num_chunks, widths(size, compaction), compaction)
     order = jnp.arange(num_chunks * size, dtype=jnp.int32)
     t = jnp.zeros(num_chunks * size, jnp.int32)
-    _, _, carry = jax.lax.while_loop(lambda s: jnp.any(live(s[1], s[2])), one_pass, (order, t, carry))
+    _, _, carry = jax.lax.while_loop(lambda s: jnp.any(_live(passes, s[1], s[2])), partial(_one_pass, passes),
+                                     (order, t, carry))
     return jax.tree.map(lambda x: x[:num_members], carry)
+
+
+def _step_unfrozen(episode: Episode, obs_stats, t, key_episode, c, params, env_params) -> Carry:
+    """One step of one episode on the fitness path (nothing stored, so no freezing)."""
+    return episode.step(t, key_episode, c, params, env_params, obs_stats, False)[0]
+
+
+def _live(passes: _Passes, t, carry) -> jax.Array:
+    """`(P',)`: whether each member still has a running episode within its `num_steps`."""
+    return _running(carry.alive) & (t < passes.num_steps)
+
+
+def _one_pass(passes: _Passes, state):
+    """Runs one pass over the members (see the module docstring); `state` is `(order, t, carry)`."""
+    order, t, carry = state
+    if not passes.compaction:  # every chunk in place, until it is done
+        return jax.lax.fori_loop(0, passes.num_chunks, partial(_run_chunk, passes, passes.size, 0), state)
+    running = _live(passes, t, carry)
+    # Running members first, fewest steps taken first, then population order (no sort
+    # while that is the population order, as in the first pass).
+    steps = jnp.where(running, t, jnp.iinfo(jnp.int32).max)
+    order = jax.lax.cond(jnp.all(steps[:-1] <= steps[1:]), lambda s: jnp.arange(s.shape[0], dtype=jnp.int32),
+                         lambda s: jnp.argsort(s, stable=True).astype(jnp.int32), steps)
+    count = jnp.sum(running)
+    # The narrowest width that holds every running member (or full chunks).
+    level = jnp.sum(jnp.asarray(passes.ladder[1:]) >= count)
+    branches = [partial(_pass_at_width, passes, k, count) for k in range(len(passes.ladder))]
+    return jax.lax.switch(level, branches, (order, t, carry))
+
+
+def _pass_at_width(passes: _Passes, k: int, count, state):
+    """A pass in chunks of width `ladder[k]` over the `count` running members: several chunks
+    each run until an eighth of their members are done, a single chunk until its survivors fit
+    the next width (the next pass packs them into it), the narrowest until done."""
+    width = passes.ladder[k]
+    last = k == len(passes.ladder) - 1
+    chunks = -(-count // width)
+    floor = jnp.where(chunks <= 1, 0 if last else passes.ladder[k + 1], (7 * width) // 8)
+    return jax.lax.fori_loop(0, chunks, partial(_run_chunk, passes, width, floor), state)
+
+
+def _run_chunk(passes: _Passes, width: int, floor, i, state):
+    """Steps the members `order[i * width:(i + 1) * width]` until at most `floor` of them run.
+    Parameters and keys are only read (gathered per chunk); the members' step counts and
+    carries are gathered and written back."""
+    order, t, carry = state
+    idx = jax.lax.dynamic_slice_in_dim(order, i * width, width)
+    take = lambda x: x[idx]  # noqa: E731
+    c_t, c_carry, c_keys, c_params = jax.tree.map(take, (t, carry, passes.key_episode, passes.pop_params))
+
+    def cond(loop):
+        return jnp.sum(_live(passes, *loop)) > floor
+
+    advance = partial(_advance, passes, c_keys, c_params)
+
+    def body(loop):  # finished episodes ride along masked, so extra steps change nothing
+        if passes.steps_per_check == 1:
+            return advance(loop)
+        return jax.lax.fori_loop(0, passes.steps_per_check, lambda _, loop: advance(loop), loop)
+
+    c_t, c_carry = jax.lax.while_loop(cond, body, (c_t, c_carry))
+    put = lambda buf, x: buf.at[idx].set(x, unique_indices=True)  # noqa: E731
+    return order, put(t, c_t), jax.tree.map(put, carry, c_carry)
+
+
+def _advance(passes: _Passes, c_keys, c_params, loop):
+    """One step of a chunk: `(t, carry) -> (t + 1, carry)`."""
+    t, c = loop
+    # A member that has taken its num_steps steps rides along (its slot is in the chunk) but
+    # stops counting: its episodes are over.
+    within = (t < passes.num_steps).reshape((-1,) + (1,) * (c.alive.ndim - 1))
+    return t + 1, passes.step(t, c_keys, c._replace(alive=c.alive & within), c_params, passes.env_params)

@@ -21,7 +21,8 @@ ES works on flat vectors: `ParamReshaper` converts between a parameter pytree an
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -68,8 +69,8 @@ def action_head(x: jax.Array, discrete: bool, low: Sequence[float], high: Sequen
 
 def _as_float(obs: jax.Array) -> jax.Array:
     """`obs` as float32. A boolean observation (MinAtar's) goes through a select: the same
-    0/1 values, and XLA:CPU vectorises the select but not a bool-to-float convert (Breakout's
-    fitness evaluation, P=512 x 8: 30 ms against 39 ms)."""
+    0/1 values, and XLA:CPU vectorises the select but not a bool-to-float convert
+    (experiments/README.md, "Observation encoding")."""
     if obs.dtype == jnp.bool_:
         return jnp.where(obs, jnp.float32(1), jnp.float32(0))
     return obs.astype(jnp.float32)
@@ -80,6 +81,8 @@ class _ForEnv:
 
     @classmethod
     def for_env(cls, env: Any, env_params: Any = None, **kwargs: Any):
+        """The policy for `env`'s action space (outputs, head, bounds) and observations; `kwargs`
+        are the policy's own settings (`hidden_sizes`, `head`, ...)."""
         env_params = env.default_params if env_params is None else env_params
         n, discrete, low, high = _head_config(env.action_space(env_params))
         obs_space = env.observation_space(env_params)
@@ -92,7 +95,7 @@ class _ForEnv:
         env_params = env.default_params if env_params is None else env_params
         shape = jax.eval_shape(lambda p: env.reset(jax.random.key(0), p)[0], env_params)
         obs = jnp.zeros(shape.shape, shape.dtype)
-        # One compiled program: flax's eager init would compile every op separately (~1 s).
+        # One compiled program: flax's eager init would compile every op separately.
         if isinstance(self, LSTMPolicy):
             return jax.jit(lambda k, o: self.init(k, o, self.initialize_carry(), k))(key, obs)
         return jax.jit(lambda k, o: self.init(k, o, k))(key, obs)
@@ -190,6 +193,7 @@ class LSTMPolicy(nn.Module, _ForEnv):
         return self._act(nn.Dense(self.num_outputs)(h), key), carry
 
     def initialize_carry(self) -> tuple[jax.Array, jax.Array]:
+        """An episode's first carry (`RolloutWrapper(init_carry=...)`): zero cell and hidden state."""
         zeros = jnp.zeros((self.hidden_size,), jnp.float32)
         return (zeros, zeros)
 

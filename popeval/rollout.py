@@ -29,15 +29,16 @@ member is evaluated on each set, with the same `B` episode keys for every set.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from popeval import keys as keys_lib
 from popeval import compiler, layouts, normalization, sharding
+from popeval import keys as keys_lib
 from popeval.environments import make
 from popeval.episode import Episode, reset_env
 
@@ -67,6 +68,35 @@ def _leading_axis(tree: Any, what: str) -> int:
         raise ValueError(f"{what}: every leaf needs the same leading (population) axis P; got leaf shapes "
                          f"{shapes[:6]}{' ...' if len(shapes) > 6 else ''}")
     return sizes.pop()
+
+
+def _environment(env_name: str, env_kwargs: dict | None, env: Any) -> tuple[Any, str, Any]:
+    """`(env, env_name, default_params)`: the registered `env_name`, or the given `env`."""
+    if env is None:
+        env, default_params = make(env_name, **(env_kwargs or {}))
+        return env, env_name, default_params
+    if env_kwargs:
+        raise ValueError("env_kwargs cannot be used together with env=")
+    return env, getattr(env, "name", type(env).__name__), env.default_params
+
+
+def _num_env_steps(num_env_steps: int | None, env: Any, env_name: str, env_params: Any) -> int:
+    """Steps per episode: `num_env_steps`, else the episode limit, else (no practical limit,
+    MinAtar) the environment's `default_rollout_steps`."""
+    if num_env_steps is None:
+        limit = int(jnp.max(jnp.asarray(env_params.max_steps_in_episode)))
+        if limit > 100_000:  # no practical limit (MinAtar): the environment's rollout default
+            limit = getattr(env, "default_rollout_steps", None)
+            if limit is None:
+                raise ValueError(
+                    f"{env_name} has no practical episode limit (max_steps_in_episode="
+                    f"{int(jnp.max(jnp.asarray(env_params.max_steps_in_episode)))}); "
+                    f"pass num_env_steps"
+                )
+        num_env_steps = limit
+    if isinstance(num_env_steps, bool) or not isinstance(num_env_steps, (int, np.integer)) or num_env_steps <= 0:
+        raise ValueError(f"num_env_steps must be a positive integer, got {num_env_steps!r}")
+    return int(num_env_steps)
 
 
 class RolloutWrapper:
@@ -116,13 +146,7 @@ class RolloutWrapper:
         devices: Any = None,
         threads: int | None = None,
     ):
-        if env is None:
-            env, default_params = make(env_name, **(env_kwargs or {}))
-        else:
-            if env_kwargs:
-                raise ValueError("env_kwargs cannot be used together with env=")
-            default_params = env.default_params
-            env_name = getattr(env, "name", type(env).__name__)
+        env, env_name, default_params = _environment(env_name, env_kwargs, env)
         if isinstance(env_params, dict):
             env_params = default_params.replace(**env_params)
         self.env = env
@@ -141,27 +165,16 @@ class RolloutWrapper:
             raise ValueError(f"threads must be a positive integer or None, got {threads!r}")
         self.threads = threads
         self.layout = layouts.for_platform(self.devices[0].platform)
-
-        if num_env_steps is None:
-            limit = int(jnp.max(jnp.asarray(self.env_params.max_steps_in_episode)))
-            if limit > 100_000:  # no practical limit (MinAtar): the environment's rollout default
-                limit = getattr(env, "default_rollout_steps", None)
-                if limit is None:
-                    raise ValueError(
-                        f"{env_name} has no practical episode limit (max_steps_in_episode="
-                        f"{int(jnp.max(jnp.asarray(self.env_params.max_steps_in_episode)))}); "
-                        f"pass num_env_steps"
-                    )
-            num_env_steps = limit
-        if isinstance(num_env_steps, bool) or not isinstance(num_env_steps, (int, np.integer)) or num_env_steps <= 0:
-            raise ValueError(f"num_env_steps must be a positive integer, got {num_env_steps!r}")
-        self.num_env_steps = int(num_env_steps)
+        self.num_env_steps = _num_env_steps(num_env_steps, env, env_name, self.env_params)
 
         obs, _ = jax.eval_shape(partial(reset_env, env), jax.random.key(0), self.default_env_params)
         self.obs_shape = tuple(obs.shape)
         self.episode = Episode(env, model_forward, self.obs_shape, init_carry,
                                self.obs_normalization, env_name)
+        self._build_programs()
 
+    def _build_programs(self) -> None:
+        """Builds the jitted programs once (not compiled until first called)."""
         # Compiled with popeval's options (`popeval.compiler`), as the evolve loop's programs are.
         self._single_rollout = compiler.jit(self._single_fn)
         self._batch_rollout = compiler.jit(jax.vmap(self._single_fn, in_axes=(0, None, None, None)))

@@ -4,7 +4,7 @@
     class MyConfig:
         env_name: str = "CartPole-v1"
         hidden_sizes: tuple = (64,)
-        target: typing.Optional[float] = None
+        target: float | None = None
 
         def __post_init__(self):
             check_types(self)            # YAML's 1 -> 1.0 for a float field, lists -> tuples
@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import types
 import typing
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ _YAML11_FLOAT = re.compile(r"[-+]?[0-9]+[eE][-+]?[0-9]+")
 def _coerce(cls: type, name: str, value: Any) -> Any:
     hint = typing.get_type_hints(cls)[name]
     origin, args = typing.get_origin(hint), typing.get_args(hint)
-    allowed = args if origin is typing.Union else (hint,)
+    allowed = args if origin in (typing.Union, types.UnionType) else (hint,)  # Optional[X] or X | None
     for t in allowed:
         if t is type(None) and value is None:
             return value

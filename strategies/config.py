@@ -30,19 +30,24 @@ POLICIES = ("mlp", "cnn", "lstm")
 LEGACY_RUN_KEYS = frozenset({"run_dir", "resume", "wandb", "wandb_project", "quiet", "budget"})
 
 
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}" + did_you_mean(value, choices))
+
+
 @dataclasses.dataclass(frozen=True)
 class EvolveConfig:
     """One experiment: what is evolved, on what, for how long, and the target."""
 
     env_name: str = "CartPole-v1"
     env_kwargs: dict = dataclasses.field(default_factory=dict)
-    num_env_steps: typing.Optional[int] = None
+    num_env_steps: int | None = None
     policy: str = "mlp"  # "mlp" | "cnn" | "lstm" (an LSTM has one hidden size: `hidden_sizes: [n]`)
     hidden_sizes: tuple = (32, 32)
     activation: str = "tanh"
     conv_channels: tuple = (16,)  # a CNN policy's 3x3 convolutions
     head: str = "greedy"  # "greedy" | "sampled" (`popeval.policies`)
-    action_std: typing.Optional[float] = None  # a sampled Box head's scale (half-widths); null: learned
+    action_std: float | None = None  # a sampled Box head's scale (half-widths); null: learned
     strategy: str = "openai_es"
     strategy_kwargs: dict = dataclasses.field(default_factory=dict)
     fitness_shaping: str = "centered_rank"
@@ -54,7 +59,7 @@ class EvolveConfig:
     compaction: bool = True  # RolloutWrapper(compaction=...): same results, faster when episodes end early
     sharded_sampling: bool = False  # each device samples only its members (Gaussian strategies)
     seed: int = 0
-    target: typing.Optional[float] = None  # reached when the population mean fitness >= target
+    target: float | None = None  # reached when the population mean fitness >= target
     stop_at_target: bool = False
     eval_every: int = 10
     eval_episodes: int = 64
@@ -68,20 +73,15 @@ class EvolveConfig:
             sizes = getattr(self, name)
             if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in sizes):
                 raise ValueError(f"{name} must be positive integers, got {list(sizes)}")
-        if self.activation not in _ACTIVATIONS:
-            raise ValueError(f"activation must be one of {list(_ACTIVATIONS)}, got {self.activation!r}"
-                             + did_you_mean(self.activation, _ACTIVATIONS))
+        _check_choice("activation", self.activation, _ACTIVATIONS)
         if self.num_env_steps is not None and self.num_env_steps < 1:
             raise ValueError(f"num_env_steps must be >= 1 or null, got {self.num_env_steps}")
         if self.pop_size < 2:
             raise ValueError(f"pop_size must be >= 2, got {self.pop_size}")
         if self.num_rollouts < 1 or self.num_generations < 1:
             raise ValueError("num_rollouts and num_generations must be >= 1")
-        if self.policy not in POLICIES:
-            raise ValueError(f"policy must be one of {list(POLICIES)}, got {self.policy!r}"
-                             + did_you_mean(self.policy, POLICIES))
-        if self.head not in HEADS:
-            raise ValueError(f"head must be one of {list(HEADS)}, got {self.head!r}" + did_you_mean(self.head, HEADS))
+        _check_choice("policy", self.policy, POLICIES)
+        _check_choice("head", self.head, HEADS)
         if self.action_std is not None and not self.action_std > 0:
             raise ValueError(f"action_std must be > 0 or null (learned), got {self.action_std}")
         if self.policy == "lstm" and len(self.hidden_sizes) != 1:
@@ -157,21 +157,21 @@ class RunOptions:
         progress: a progress bar on stderr; `None`: when stderr is a terminal.
         coordinator_address, num_processes, process_id: a run over several processes (one
             per host, say): process 0's `host:port`, the process count and this process's
-            index, the same on every process but the index (`popeval.sharding.initialize`).
+            index, the same on every process but the index (`popeval.distributed.initialize`).
             All `None`: one process, unless a cluster scheduler (SLURM, Open MPI) started
             several. Only process 0 writes the run directory, logs and W&B.
         distributed_timeout: seconds a process waits for the coordinator and the others to
             join before it fails.
     """
 
-    run_dir: typing.Optional[str] = None
-    resume: typing.Optional[str] = None
+    run_dir: str | None = None
+    resume: str | None = None
     wandb: str = "auto"
     wandb_project: str = "popeval"
-    progress: typing.Optional[bool] = None
-    coordinator_address: typing.Optional[str] = None
-    num_processes: typing.Optional[int] = None
-    process_id: typing.Optional[int] = None
+    progress: bool | None = None
+    coordinator_address: str | None = None
+    num_processes: int | None = None
+    process_id: int | None = None
     distributed_timeout: float = 300.0
 
     def __post_init__(self):

@@ -27,9 +27,9 @@ import math
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Sequence
 
 import jax
 import numpy as np
@@ -130,136 +130,206 @@ def evolve(config: EvolveConfig | None = None, options: RunOptions | None = None
     joined = distributed.initialize(options.coordinator_address, options.num_processes, options.process_id,
                                     timeout=options.distributed_timeout)
     primary = distributed.process_index() == 0  # the one process that writes and logs
-    say = log.info if primary else (lambda *args: None)
-    if joined:
-        say("%s", joined)
+    if joined and primary:
+        log.info("%s", joined)
     opened = run_dir_lib.open_shared(config, options, primary)
     if "done" in opened:
         return opened["done"]
-    run_dir, resuming, config, meta = Path(opened["run_dir"]), opened["resuming"], opened["config"], opened["meta"]
-    lock = opened.get("lock")
-    run = opened.get("run") or build(config)
-    startup = None
-    sinks = (default_sinks(options) if sinks is None else list(sinks)) if primary else []
-    start_gen, elapsed0 = int(meta["generation"]), float(meta.get("elapsed_seconds") or 0.0)
-    solved_before = meta.get("solved_at") is not None
-    gen, stacked, state, stopped = start_gen, None, None, None
-    runner = ThreadPoolExecutor(1, thread_name_prefix="popeval-generation")
-    elapsed = lambda: elapsed0 + time.perf_counter() - t_start  # noqa: E731 - cumulative over resumptions
+    ctx = _RunContext(opened, options, sinks, primary, t_start)
     try:
-        devices = sharding.num_devices()
-        seed = np.int32(config.seed)
-        step = generation_step(run, config, devices)
-        spec = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
-                            jax.eval_shape(init_fn(run, config), seed))
-        say("run %s: %s on %s, pop %d x %d rollouts, %d device(s)%s%s", run_dir, run.strategy.name,
-            config.env_name, config.pop_size, config.num_rollouts, devices,
-            f" in {distributed.process_count()} processes" if distributed.process_count() > 1 else "",
-            f" (resumed at generation {start_gen})" if resuming else "")
-        info = RunInfo(run_dir=run_dir, name=run_dir.name, title=f"{config.env_name} / {run.strategy.name}",
-                       config=config.to_dict(), start_generation=start_gen,
-                       num_generations=config.num_generations, meta=meta, target=config.target)
-        startup = _Startup(step, eval_fn(run, config), spec, seed, sinks, info)
-        state = init_state(run, config)
-        if resuming:
-            if primary:
-                state, _ = checkpoint.load(run_dir, state)
-            state = distributed.broadcast(state)  # the other processes need not see the run directory
-        stacked, stacked_seed = step.replicate(state), step.replicate(seed)
-        compile_time = None
-        t0 = time.perf_counter()
-        startup.generation.result()
-        # Generation g+1 runs (on the runner's thread) while generation g's metrics are fetched,
-        # logged and checkpointed here. A run that stops early drops one generation.
-        pending = runner.submit(step, stacked, stacked_seed) if gen < config.num_generations else None
-        while pending is not None:
-            new, metrics = pending.result()
-            pending = runner.submit(step, new, stacked_seed) if gen + 1 < config.num_generations else None
-            metrics = {k: v.item() for k, v in step.first(metrics).items()}
-            dt = time.perf_counter() - t0
-            t0 += dt
-            if compile_time is None:
-                compile_time = dt
-            gen_steps = int(metrics.pop("steps/generation"))
-            metrics.update({"generation": gen + 1, "steps/env_total": meta["env_steps"] + gen_steps,
-                            "steps/per_second": gen_steps / max(dt, 1e-9)})
-            metrics["eval/return"] = metrics["eval/best_return"] = math.nan
-            diverged = metrics["nonfinite/state"] > 0
-            if not diverged and ((gen + 1) % config.eval_every == 0 or gen + 1 == config.num_generations):
-                state = step.first(new)
-                returns = startup.evaluate(state.strategy, state.best_params, state.obs_stats, seed,
-                                           np.int32(gen + 1))
-                metrics["eval/return"], metrics["eval/best_return"] = np.asarray(returns).mean(axis=1).tolist()
-            metrics["time/elapsed"] = elapsed()
-            solved = config.target is not None and metrics["fitness/mean"] >= config.target
-            solved_at = meta.get("solved_at")
-            if solved and solved_at is None:
-                solved_at = {"generation": gen + 1, "seconds": metrics["time/elapsed"]}
-            startup.wait_for_sinks()
-            for sink in sinks:
-                sink.log(gen + 1, metrics)
-            if diverged:
-                stopped = (f"the strategy state became non-finite at generation {gen + 1} "
-                           f"({int(metrics['nonfinite/state'])} values); kept generation {gen}")
-                if primary:
-                    log.warning("run %s: %s. Its settings diverge (e.g. a too large std_init or learning_rate).",
-                                run_dir, stopped)
-                break
-            # What a checkpoint saves moves together, after the generation is logged.
-            gen, stacked = gen + 1, new
-            meta.update(generation=gen, env_steps=metrics["steps/env_total"], solved_at=solved_at,
-                        elapsed_seconds=metrics["time/elapsed"])
-            if gen % config.checkpoint_every == 0 and primary:
-                state = step.first(stacked)
-                checkpoint.save(run_dir, state, meta)
-            if solved and config.stop_at_target and not solved_before:
-                break
-        if gen > start_gen:
-            state = step.first(stacked)
-        mean_returns, best_returns = np.asarray(startup.evaluate(
-            state.strategy, state.best_params, state.obs_stats, seed, np.int32(keys_lib.FINAL_EVALUATION)))
+        state = _start(ctx)
+        _run_generations(ctx)
+        if ctx.gen > ctx.start_gen:
+            state = ctx.step.first(ctx.stacked)
+        returns = np.asarray(ctx.startup.evaluate(state.strategy, state.best_params, state.obs_stats, ctx.seed,
+                                                  np.int32(keys_lib.FINAL_EVALUATION)))
     except KeyboardInterrupt:
-        raise RunInterrupted(run_dir, gen) from None
+        raise RunInterrupted(ctx.run_dir, ctx.gen) from None
     except Exception as e:
         if distributed.lost_peer(e):
-            saved = (f"generation {gen} is saved in {run_dir}" if primary and gen > start_gen
-                     else f"process 0 keeps the last checkpoint in {run_dir}")
-            raise RuntimeError(f"process {distributed.process_index()}: another process of this run stopped "
-                               f"({' '.join(str(e).split())[:200]}); {saved}; restart every process with "
-                               f"--resume {run_dir}") from e
+            raise _lost_peer(ctx, e) from e
         raise
     finally:
-        try:
-            if gen > start_gen and primary:
-                meta["elapsed_seconds"] = elapsed()
-                checkpoint.save(run_dir, step.first(stacked), meta)
-        finally:
-            runner.shutdown(wait=False, cancel_futures=True)
-            _close(sinks, startup, failing=sys.exc_info()[0] is not None)
-            if lock is not None:
-                lock.release()
+        ctx.close()
+    return _summary(ctx, state, *returns)
 
+
+class _RunContext:
+    """One run: its directory and experiment, the resources it started (lock, sinks, start-up
+    and generation threads; `close` releases them) and its progress (`gen`, `stacked`, `meta`:
+    what a checkpoint saves, moved together once a generation is logged)."""
+
+    def __init__(self, opened: dict, options: RunOptions, sinks: Sequence[Sink] | None, primary: bool,
+                 t_start: float):
+        self.run_dir, self.resuming = Path(opened["run_dir"]), opened["resuming"]
+        self.config: EvolveConfig = opened["config"]
+        self.meta: dict = opened["meta"]
+        self.lock = opened.get("lock")
+        self.run = opened.get("run") or build(self.config)
+        self.primary = primary
+        self.sinks: list[Sink] = (default_sinks(options) if sinks is None else list(sinks)) if primary else []
+        self.startup: _Startup | None = None
+        self.start_gen = int(self.meta["generation"])
+        self.solved_before = self.meta.get("solved_at") is not None
+        self.gen = self.start_gen  # generations run and logged
+        self.stacked = None  # the state after generation `gen`, on the devices
+        self.stopped: str | None = None  # why the run stopped before its last generation
+        self.step = None  # the generation program (`generation_step`)
+        self.seed = np.int32(self.config.seed)
+        self.devices = 0
+        self.compile_time: float | None = None  # the first generation's seconds, compilation included
+        self.runner = ThreadPoolExecutor(1, thread_name_prefix="popeval-generation")
+        self._t_start, self._elapsed0 = t_start, float(self.meta.get("elapsed_seconds") or 0.0)
+
+    def say(self, *args) -> None:
+        """Logs on process 0 only."""
+        if self.primary:
+            log.info(*args)
+
+    def elapsed(self) -> float:
+        """Seconds run, cumulative over resumptions."""
+        return self._elapsed0 + time.perf_counter() - self._t_start
+
+    def close(self) -> None:
+        """Checkpoints the last generation run (process 0), then releases what the run started."""
+        try:
+            if self.gen > self.start_gen and self.primary:
+                self.meta["elapsed_seconds"] = self.elapsed()
+                checkpoint.save(self.run_dir, self.step.first(self.stacked), self.meta)
+        finally:
+            self.runner.shutdown(wait=False, cancel_futures=True)
+            _close(self.sinks, self.startup, failing=sys.exc_info()[0] is not None)
+            if self.lock is not None:
+                self.lock.release()
+
+
+def _start(ctx: _RunContext):
+    """Builds the generation program, starts the start-up threads and returns the initial (or
+    resumed) state; `ctx.stacked` holds it on the devices."""
+    config, run = ctx.config, ctx.run
+    ctx.devices = sharding.num_devices()
+    ctx.step = generation_step(run, config, ctx.devices)
+    spec = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
+                        jax.eval_shape(init_fn(run, config), ctx.seed))
+    processes = distributed.process_count()
+    ctx.say("run %s: %s on %s, pop %d x %d rollouts, %d device(s)%s%s", ctx.run_dir, run.strategy.name,
+            config.env_name, config.pop_size, config.num_rollouts, ctx.devices,
+            f" in {processes} processes" if processes > 1 else "",
+            f" (resumed at generation {ctx.start_gen})" if ctx.resuming else "")
+    info = RunInfo(run_dir=ctx.run_dir, name=ctx.run_dir.name, title=f"{config.env_name} / {run.strategy.name}",
+                   config=config.to_dict(), start_generation=ctx.start_gen,
+                   num_generations=config.num_generations, meta=ctx.meta, target=config.target)
+    ctx.startup = _Startup(ctx.step, eval_fn(run, config), spec, ctx.seed, ctx.sinks, info)
+    state = init_state(run, config)
+    if ctx.resuming:
+        if ctx.primary:
+            state, _ = checkpoint.load(ctx.run_dir, state)
+        state = distributed.broadcast(state)  # the other processes need not see the run directory
+    ctx.stacked = ctx.step.replicate(state)
+    return state
+
+
+def _run_generations(ctx: _RunContext) -> None:
+    """Runs generations until the budget, the target (`stop_at_target`) or a non-finite state."""
+    step, config = ctx.step, ctx.config
+    stacked_seed = step.replicate(ctx.seed)
+    t0 = time.perf_counter()
+    ctx.startup.generation.result()
+    # Generation g+1 runs (on the runner's thread) while generation g's metrics are fetched,
+    # logged and checkpointed here. A run that stops early drops one generation.
+    pending = ctx.runner.submit(step, ctx.stacked, stacked_seed) if ctx.gen < config.num_generations else None
+    while pending is not None:
+        new, metrics = pending.result()
+        pending = ctx.runner.submit(step, new, stacked_seed) if ctx.gen + 1 < config.num_generations else None
+        metrics = {k: v.item() for k, v in step.first(metrics).items()}
+        dt = time.perf_counter() - t0
+        t0 += dt
+        if ctx.compile_time is None:
+            ctx.compile_time = dt
+        metrics = _generation_metrics(ctx, new, metrics, dt)
+        solved = config.target is not None and metrics["fitness/mean"] >= config.target
+        solved_at = ctx.meta.get("solved_at")
+        if solved and solved_at is None:
+            solved_at = {"generation": ctx.gen + 1, "seconds": metrics["time/elapsed"]}
+        ctx.startup.wait_for_sinks()
+        for sink in ctx.sinks:
+            sink.log(ctx.gen + 1, metrics)
+        if metrics["nonfinite/state"] > 0:
+            _stop_diverged(ctx, metrics)
+            break
+        _commit(ctx, new, metrics, solved_at)
+        if solved and config.stop_at_target and not ctx.solved_before:
+            break
+
+
+def _generation_metrics(ctx: _RunContext, new, metrics: dict, dt: float) -> dict:
+    """A generation's logged metrics: the program's, the step counts and rate, the evaluation of
+    the mean and best policy when one is due (NaN otherwise) and the time elapsed."""
+    config, gen = ctx.config, ctx.gen
+    gen_steps = int(metrics.pop("steps/generation"))
+    metrics.update({"generation": gen + 1, "steps/env_total": ctx.meta["env_steps"] + gen_steps,
+                    "steps/per_second": gen_steps / max(dt, 1e-9)})
+    metrics["eval/return"] = metrics["eval/best_return"] = math.nan
+    diverged = metrics["nonfinite/state"] > 0
+    if not diverged and ((gen + 1) % config.eval_every == 0 or gen + 1 == config.num_generations):
+        state = ctx.step.first(new)
+        returns = ctx.startup.evaluate(state.strategy, state.best_params, state.obs_stats, ctx.seed,
+                                       np.int32(gen + 1))
+        metrics["eval/return"], metrics["eval/best_return"] = np.asarray(returns).mean(axis=1).tolist()
+    metrics["time/elapsed"] = ctx.elapsed()
+    return metrics
+
+
+def _stop_diverged(ctx: _RunContext, metrics: dict) -> None:
+    """Stops before a generation whose strategy state is non-finite (it is not kept)."""
+    ctx.stopped = (f"the strategy state became non-finite at generation {ctx.gen + 1} "
+                   f"({int(metrics['nonfinite/state'])} values); kept generation {ctx.gen}")
+    if ctx.primary:
+        log.warning("run %s: %s. Its settings diverge (e.g. a too large std_init or learning_rate).",
+                    ctx.run_dir, ctx.stopped)
+
+
+def _commit(ctx: _RunContext, new, metrics: dict, solved_at: dict | None) -> None:
+    """Makes a logged generation the run's progress, and checkpoints it when one is due."""
+    ctx.gen, ctx.stacked = ctx.gen + 1, new
+    ctx.meta.update(generation=ctx.gen, env_steps=metrics["steps/env_total"], solved_at=solved_at,
+                    elapsed_seconds=metrics["time/elapsed"])
+    if ctx.gen % ctx.config.checkpoint_every == 0 and ctx.primary:
+        checkpoint.save(ctx.run_dir, ctx.step.first(ctx.stacked), ctx.meta)
+
+
+def _lost_peer(ctx: _RunContext, e: Exception) -> RuntimeError:
+    """The error a process raises when another process of the run stopped."""
+    saved = (f"generation {ctx.gen} is saved in {ctx.run_dir}" if ctx.primary and ctx.gen > ctx.start_gen
+             else f"process 0 keeps the last checkpoint in {ctx.run_dir}")
+    return RuntimeError(f"process {distributed.process_index()}: another process of this run stopped "
+                        f"({' '.join(str(e).split())[:200]}); {saved}; restart every process with "
+                        f"--resume {ctx.run_dir}")
+
+
+def _summary(ctx: _RunContext, state, mean_returns, best_returns) -> dict:
+    """The run's summary; process 0 writes it to `RUN/result.json`."""
     summary = {
-        "env_name": config.env_name,
-        "strategy": run.strategy.name,
-        "generations": gen,
-        "env_steps": meta["env_steps"],
+        "env_name": ctx.config.env_name,
+        "strategy": ctx.run.strategy.name,
+        "generations": ctx.gen,
+        "env_steps": ctx.meta["env_steps"],
         "mean_policy_return": float(np.mean(mean_returns)),
         "best_policy_return": float(np.mean(best_returns)),
-        "eval_episodes": config.eval_episodes,
+        "eval_episodes": ctx.config.eval_episodes,
         "best_fitness": float(state.best_fitness),
-        "solved_at": meta.get("solved_at"),
-        "wall_seconds": elapsed(),
-        "first_generation_seconds": compile_time,
-        "devices": devices,
+        "solved_at": ctx.meta.get("solved_at"),
+        "wall_seconds": ctx.elapsed(),
+        "first_generation_seconds": ctx.compile_time,
+        "devices": ctx.devices,
         "processes": distributed.process_count(),
-        "run_dir": str(run_dir),
+        "run_dir": str(ctx.run_dir),
     }
-    if stopped:
-        summary["stopped"] = stopped
-    if not primary:
+    if ctx.stopped:
+        summary["stopped"] = ctx.stopped
+    if not ctx.primary:
         return run_dir_lib.clean_result(summary)
-    return run_dir_lib.write_result(Path(run_dir), summary)
+    return run_dir_lib.write_result(ctx.run_dir, summary)
 
 
 def _close(sinks: Sequence[Sink], startup: _Startup | None, failing: bool = False) -> None:

@@ -20,7 +20,9 @@ chunk), a function of (P, D) only, so results do not depend on the device layout
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from functools import partial
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -41,7 +43,6 @@ class MemberSampling(NamedTuple):
     chunk: int  # members regenerated at a time inside tell (whole antithetic pairs, at least one)
 
 
-
 def member_sampling(algo: Any, shaping_fn: Callable, unravel: Callable, chunk: int | None,
                     strong: Callable) -> MemberSampling | None:
     """`Strategy.members` for evosax's Open_ES, SNES and PGPE (whose ask leaves the state as
@@ -49,121 +50,182 @@ def member_sampling(algo: Any, shaping_fn: Callable, unravel: Callable, chunk: i
     `chunk=None`: the default, `max(1, min(P, 2**20 // D))`."""
     if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
         raise ValueError(f"member_chunk must be an int >= 1, got {chunk!r}")
-    name = type(algo).__name__
-    if name not in ("Open_ES", "SNES", "PGPE"):
+    algorithm = _ALGORITHMS.get(type(algo).__name__)
+    if algorithm is None:
         return None
     chunk = chunk or max(1, min(algo.population_size, 2**20 // algo.num_dims))
     pop_size, num_dims, half = algo.population_size, algo.num_dims, algo.population_size // 2
-    paired = name == "PGPE" or (name == "Open_ES" and algo.use_antithetic_sampling)
-    num_draws = half if paired else pop_size  # noise vectors per generation
+    paired = algorithm.paired(algo)
+    sizes = _Sizes(pop_size, num_dims, half, paired, half if paired else pop_size, chunk)
+    tell = partial(_tell, sizes, algo, algorithm.rules, shaping_fn, strong)
+    return MemberSampling(partial(_sample, sizes, unravel), tell, chunk)
 
-    def noise(key, draws):  # (m,) -> (m, num_dims)
-        z = jax.vmap(lambda i: jax.random.normal(jax.random.fold_in(key, i), (num_dims,)))(draws)
-        # Unfused from the affine map that follows: XLA:CPU fused them into code whose rounding
-        # depended on the number of members asked; this way a member's bits never do.
-        return jax.lax.optimization_barrier(z)
 
-    def sample(state: Any, key: jax.Array, members: jax.Array) -> Any:
-        members = jnp.asarray(members, jnp.int32)
-        es, num = state.evo_state, members.shape[0]
-        size = min(chunk, num)
+class _Sizes(NamedTuple):
+    """The static sizes of an algorithm's per-member form."""
 
-        def block(ids):  # `size` members -> their solutions (a pytree)
-            draws, sign = ids, 1.0
-            if paired:  # member i + P/2 mirrors member i
-                draws, sign = ids % half, jnp.where(ids < half, 1.0, -1.0)[:, None]
-            return jax.vmap(unravel)(es.mean + es.std * (sign * noise(key, draws)))
+    pop_size: int
+    num_dims: int
+    half: int  # pop_size // 2
+    paired: bool  # member i + P/2 mirrors member i (antithetic sampling)
+    num_draws: int  # noise vectors per generation: `half` when paired, else `pop_size`
+    chunk: int  # members regenerated at a time inside tell
 
-        if size == num:
-            return block(members)
 
-        # `size` members at a time, written into the output in place: the random bits and their
-        # intermediates exist for one block only. The last block overlaps the one before it.
-        def body(k, out):
-            start = jnp.minimum(k * size, num - size)
-            part = block(jax.lax.dynamic_slice(members, (start,), (size,)))
-            return jax.tree.map(lambda o, x: jax.lax.dynamic_update_slice_in_dim(o, x, start, 0), out, part)
+def _noise(num_dims: int, key: jax.Array, draws: jax.Array) -> jax.Array:
+    """The perturbations `(m, num_dims)` of draws `(m,)`: draw i is `normal(fold_in(key, i))`."""
+    z = jax.vmap(lambda i: jax.random.normal(jax.random.fold_in(key, i), (num_dims,)))(draws)
+    # Unfused from the affine map that follows: XLA:CPU fused them into code whose rounding
+    # depended on the number of members asked; this way a member's bits never do.
+    return jax.lax.optimization_barrier(z)
 
-        shapes = jax.eval_shape(block, members[:size])
-        out = jax.tree.map(lambda x: jnp.zeros((num,) + x.shape[1:], x.dtype), shapes)
-        return jax.lax.fori_loop(0, -(-num // size), body, out)
 
-    def regenerate(es, key, w, best, stats):
-        """(best member's solution, sum of `stats` over all members), `chunk` members at a time.
+def _sample(sizes: _Sizes, unravel: Callable, state: Any, key: jax.Array, members: jax.Array) -> Any:
+    """`MemberSampling.sample`: the solutions of `members`, `chunk` members at a time."""
+    members = jnp.asarray(members, jnp.int32)
+    es, num = state.evo_state, members.shape[0]
+    size = min(sizes.chunk, num)
+    block = partial(_sample_block, sizes, unravel, es, key)
+    if size == num:
+        return block(members)
+    # `size` members at a time, written into the output in place: the random bits and their
+    # intermediates exist for one block only. The last block overlaps the one before it.
+    shapes = jax.eval_shape(block, members[:size])
+    out = jax.tree.map(lambda x: jnp.zeros((num,) + x.shape[1:], x.dtype), shapes)
+    return jax.lax.fori_loop(0, -(-num // size), partial(_sample_into, block, members, size), out)
 
-        `stats(weights, solutions)` gets the shaped fitness and solutions of a chunk's members:
-        one (m,) and (m, num_dims) array each, or two (members i, then i + P/2) when paired."""
-        size = min(max(1, chunk // 2) if paired else chunk, num_draws)  # draws per chunk
 
-        def one_chunk(start):
-            draws = start + jnp.arange(size)
-            valid = draws < num_draws  # the last chunk is padded
-            draws = jnp.where(valid, draws, 0)
-            z = noise(key, draws)
-            offsets, xs = [0], [es.mean + es.std * z]
-            if paired:
-                offsets, xs = [0, half], [xs[0], es.mean + es.std * -z]
-            picked = jnp.zeros(num_dims, xs[0].dtype)
-            for offset, x in zip(offsets, xs):  # the best member, if it is one of these
-                local = best - offset - start  # its row in x
-                hit = (local >= 0) & (local < size) & (best - offset < num_draws)
-                picked += jnp.where(hit, x[jnp.clip(local, 0, size - 1)], 0.0)
-            return picked, stats([jnp.where(valid, w[draws + offset], 0.0) for offset in offsets], xs)
+def _sample_block(sizes: _Sizes, unravel: Callable, es: Any, key: jax.Array, ids: jax.Array) -> Any:
+    """The solutions (a pytree, leading axis m) of the members `ids` (m,)."""
+    draws, sign = ids, 1.0
+    if sizes.paired:  # member i + P/2 mirrors member i
+        draws, sign = ids % sizes.half, jnp.where(ids < sizes.half, 1.0, -1.0)[:, None]
+    return jax.vmap(unravel)(es.mean + es.std * (sign * _noise(sizes.num_dims, key, draws)))
 
-        def body(acc, start):
-            return jax.tree.map(jnp.add, acc, one_chunk(start)), None
 
-        zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(one_chunk, 0))
-        return jax.lax.scan(body, zeros, jnp.arange(0, num_draws, size))[0]
+def _sample_into(block: Callable, members: jax.Array, size: int, k, out):
+    """Writes block `k` of `members` (`size` of them) into `out`."""
+    num = members.shape[0]
+    start = jnp.minimum(k * size, num - size)
+    part = block(jax.lax.dynamic_slice(members, (start,), (size,)))
+    return jax.tree.map(lambda o, x: jax.lax.dynamic_update_slice_in_dim(o, x, start, 0), out, part)
 
-    def step(es, grad):  # evosax's optax step on the mean
-        updates, opt_state = algo.optimizer.update(grad, es.opt_state, es.mean)
-        return es.replace(mean=optax.apply_updates(es.mean, updates), opt_state=opt_state)
 
-    def rules(es, params, w):
-        """evosax's `_tell` in two parts: the per-member sums, and the update from them."""
-        if name == "Open_ES":  # z from the solutions, as evosax computes it: the same rounding
-            def stats(ws, xs):
-                return sum(wi @ ((x - es.mean) / es.std) for wi, x in zip(ws, xs))
+def _tell(sizes: _Sizes, algo: Any, rules: Callable, shaping_fn: Callable, strong: Callable, state: Any,
+          key: jax.Array, fitness: jax.Array):
+    """`MemberSampling.tell`: evosax's tell of `algo` over sums of regenerated members."""
+    fitness, nonfinite = sanitize_fitness(jnp.asarray(fitness, jnp.float32))
+    next_key, _ = jax.random.split(state.key)  # as `Strategy.tell` (evosax's tell key is unused)
+    evo_fitness = -fitness  # evosax minimises; popeval maximises returns.
+    es, params = state.evo_state, state.evo_params
+    # popeval's shaping reads neither the population nor the archive: shape before regenerating.
+    w = shaping_fn(None, evo_fitness, es, params)
+    best = jnp.argmin(evo_fitness)  # evosax's archive (no NaN after sanitising)
+    better = evo_fitness[best] < es.best_fitness
+    stats, update = rules(sizes, algo, es, params, w)
+    best_solution, sums = _regenerate(sizes, es, key, w, best, stats)
+    es = update(sums).replace(best_solution=jnp.where(better, best_solution, es.best_solution),
+                              best_fitness=jnp.where(better, evo_fitness[best], es.best_fitness),
+                              generation_counter=es.generation_counter + 1)
+    return strong(state.replace(evo_state=es, key=next_key), like=state), {"nonfinite/count": nonfinite}
 
-            def update(sums):
-                return step(es, sums / (pop_size * es.std)).replace(std=algo.std_schedule(es.generation_counter))
-        elif name == "SNES":
-            def stats(ws, xs):
-                z = (xs[0] - es.mean) / es.std
-                return ws[0] @ z, ws[0] @ (z**2 - 1)
 
-            def update(sums):
-                return step(es, -es.std * sums[0]).replace(std=es.std * jnp.exp(0.5 * es.lr_std * sums[1]))
-        else:  # PGPE: over the pairs (i, i + P/2)
-            baseline = jnp.mean(w)
+def _regenerate(sizes: _Sizes, es: Any, key: jax.Array, w: jax.Array, best: jax.Array, stats: Callable):
+    """(best member's solution, sum of `stats` over all members), `chunk` members at a time.
 
-            def stats(ws, xs):
-                z_scaled, (plus, minus) = xs[0] - es.mean, ws
-                grad_std = (plus + minus - 2 * baseline) @ ((z_scaled**2 - es.std**2) / es.std)
-                return (plus - minus) @ z_scaled, grad_std
+    `stats(weights, solutions)` gets the shaped fitness and solutions of a chunk's members:
+    one (m,) and (m, num_dims) array each, or two (members i, then i + P/2) when paired."""
+    size = min(max(1, sizes.chunk // 2) if sizes.paired else sizes.chunk, sizes.num_draws)  # draws per chunk
+    one_chunk = partial(_regenerate_chunk, sizes, es, key, w, best, stats, size)
+    zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(one_chunk, 0))
+    return jax.lax.scan(partial(_accumulate, one_chunk), zeros, jnp.arange(0, sizes.num_draws, size))[0]
 
-            def update(sums):
-                max_change = params.std_max_change * es.std
-                std = jnp.clip(es.std - params.std_lr * (sums[1] / pop_size), min=es.std - max_change,
-                               max=es.std + max_change)
-                return step(es, sums[0] / pop_size).replace(std=std)
-        return stats, update
 
-    def tell(state: Any, key: jax.Array, fitness: jax.Array):
-        fitness, nonfinite = sanitize_fitness(jnp.asarray(fitness, jnp.float32))
-        next_key, _ = jax.random.split(state.key)  # as `Strategy.tell` (evosax's tell key is unused)
-        evo_fitness = -fitness  # evosax minimises; popeval maximises returns.
-        es, params = state.evo_state, state.evo_params
-        # popeval's shaping reads neither the population nor the archive: shape before regenerating.
-        w = shaping_fn(None, evo_fitness, es, params)
-        best = jnp.argmin(evo_fitness)  # evosax's archive (no NaN after sanitising)
-        better = evo_fitness[best] < es.best_fitness
-        stats, update = rules(es, params, w)
-        best_solution, sums = regenerate(es, key, w, best, stats)
-        es = update(sums).replace(best_solution=jnp.where(better, best_solution, es.best_solution),
-                                  best_fitness=jnp.where(better, evo_fitness[best], es.best_fitness),
-                                  generation_counter=es.generation_counter + 1)
-        return strong(state.replace(evo_state=es, key=next_key), like=state), {"nonfinite/count": nonfinite}
+def _accumulate(one_chunk: Callable, acc, start):
+    return jax.tree.map(jnp.add, acc, one_chunk(start)), None
 
-    return MemberSampling(sample, tell, chunk)
+
+def _regenerate_chunk(sizes: _Sizes, es: Any, key: jax.Array, w: jax.Array, best: jax.Array, stats: Callable,
+                      size: int, start):
+    """One chunk of `_regenerate`: the draws `start + arange(size)` (the last chunk padded)."""
+    draws = start + jnp.arange(size)
+    valid = draws < sizes.num_draws  # the last chunk is padded
+    draws = jnp.where(valid, draws, 0)
+    z = _noise(sizes.num_dims, key, draws)
+    offsets, xs = [0], [es.mean + es.std * z]
+    if sizes.paired:
+        offsets, xs = [0, sizes.half], [xs[0], es.mean + es.std * -z]
+    picked = jnp.zeros(sizes.num_dims, xs[0].dtype)
+    for offset, x in zip(offsets, xs):  # the best member, if it is one of these
+        local = best - offset - start  # its row in x
+        hit = (local >= 0) & (local < size) & (best - offset < sizes.num_draws)
+        picked += jnp.where(hit, x[jnp.clip(local, 0, size - 1)], 0.0)
+    return picked, stats([jnp.where(valid, w[draws + offset], 0.0) for offset in offsets], xs)
+
+
+def _optax_step(algo: Any, es: Any, grad: jax.Array) -> Any:
+    """evosax's optax step on the mean."""
+    updates, opt_state = algo.optimizer.update(grad, es.opt_state, es.mean)
+    return es.replace(mean=optax.apply_updates(es.mean, updates), opt_state=opt_state)
+
+
+# evosax's `_tell` of each algorithm in two parts: `stats(ws, xs)`, the per-member sums, and
+# `update(sums)`, the state from them; `rules(sizes, algo, es, params, w) -> (stats, update)`.
+
+
+def _open_es_stats(es, ws, xs):
+    # z from the solutions, as evosax computes it: the same rounding.
+    return sum(wi @ ((x - es.mean) / es.std) for wi, x in zip(ws, xs))
+
+
+def _open_es_update(sizes, algo, es, sums):
+    return _optax_step(algo, es, sums / (sizes.pop_size * es.std)).replace(std=algo.std_schedule(es.generation_counter))
+
+
+def _open_es_rules(sizes, algo, es, params, w):
+    return partial(_open_es_stats, es), partial(_open_es_update, sizes, algo, es)
+
+
+def _snes_stats(es, ws, xs):
+    z = (xs[0] - es.mean) / es.std
+    return ws[0] @ z, ws[0] @ (z**2 - 1)
+
+
+def _snes_update(algo, es, sums):
+    return _optax_step(algo, es, -es.std * sums[0]).replace(std=es.std * jnp.exp(0.5 * es.lr_std * sums[1]))
+
+
+def _snes_rules(sizes, algo, es, params, w):
+    return partial(_snes_stats, es), partial(_snes_update, algo, es)
+
+
+def _pgpe_stats(es, baseline, ws, xs):  # over the pairs (i, i + P/2)
+    z_scaled, (plus, minus) = xs[0] - es.mean, ws
+    grad_std = (plus + minus - 2 * baseline) @ ((z_scaled**2 - es.std**2) / es.std)
+    return (plus - minus) @ z_scaled, grad_std
+
+
+def _pgpe_update(sizes, algo, es, params, sums):
+    max_change = params.std_max_change * es.std
+    std = jnp.clip(es.std - params.std_lr * (sums[1] / sizes.pop_size), min=es.std - max_change,
+                   max=es.std + max_change)
+    return _optax_step(algo, es, sums[0] / sizes.pop_size).replace(std=std)
+
+
+def _pgpe_rules(sizes, algo, es, params, w):
+    baseline = jnp.mean(w)
+    return partial(_pgpe_stats, es, baseline), partial(_pgpe_update, sizes, algo, es, params)
+
+
+class _Algorithm(NamedTuple):
+    """How `member_sampling` handles one evosax algorithm."""
+
+    paired: Callable[[Any], bool]  # algo -> whether member i + P/2 mirrors member i
+    rules: Callable  # (sizes, algo, es, params, w) -> (stats, update)
+
+
+_ALGORITHMS = {
+    "Open_ES": _Algorithm(lambda algo: bool(algo.use_antithetic_sampling), _open_es_rules),
+    "SNES": _Algorithm(lambda algo: False, _snes_rules),
+    "PGPE": _Algorithm(lambda algo: True, _pgpe_rules),  # always antithetic
+}

@@ -163,20 +163,7 @@ def generation_parts(run: Run, config: EvolveConfig):
         if config.obs_normalization:
             obs_stats = normalization.merge_stacked(member_stats, obs_stats)
 
-        finite = jnp.isfinite(fitness)
-        masked = jnp.where(finite, fitness, jnp.nan)
-        metrics = {
-            "fitness/max": jnp.nanmax(masked),
-            "fitness/mean": jnp.nanmean(masked),
-            "fitness/min": jnp.nanmin(masked),
-            "fitness/std": jnp.nanstd(masked),
-            "best/fitness": best_fitness,
-            "steps/generation": jnp.sum(steps).astype(jnp.float32),
-            # The distribution's mean (the policy a run ships): a NaN there poisons every later
-            # generation, while argmax policies can still turn it into finite returns.
-            "nonfinite/state": _count_nonfinite(run.strategy.mean(strategy_state)),
-            **tell_metrics,
-        }
+        metrics = _metrics(run, fitness, steps, best_fitness, strategy_state, tell_metrics)
         new = EvolveState(
             strategy=strategy_state, generation=state.generation + 1, best_params=best_params,
             best_fitness=best_fitness, obs_stats=obs_stats,
@@ -209,6 +196,25 @@ def generation_step(run: Run, config: EvolveConfig, devices: int):
     if sharding.on_cpus(devices):
         return sharding.Pieces(*generation_parts(run, config), config.pop_size, devices, config.num_rollouts)
     return sharding.Replicated(generation_fn(run, config, devices), devices)
+
+
+def _metrics(run: Run, fitness, steps, best_fitness, strategy_state, tell_metrics: dict) -> dict:
+    """A generation's metrics: the finite fitness's statistics, the best fitness so far, the
+    steps taken, the strategy state's non-finite values and the strategy's own metrics."""
+    finite = jnp.isfinite(fitness)
+    masked = jnp.where(finite, fitness, jnp.nan)
+    return {
+        "fitness/max": jnp.nanmax(masked),
+        "fitness/mean": jnp.nanmean(masked),
+        "fitness/min": jnp.nanmin(masked),
+        "fitness/std": jnp.nanstd(masked),
+        "best/fitness": best_fitness,
+        "steps/generation": jnp.sum(steps).astype(jnp.float32),
+        # The distribution's mean (the policy a run ships): a NaN there poisons every later
+        # generation, while argmax policies can still turn it into finite returns.
+        "nonfinite/state": _count_nonfinite(run.strategy.mean(strategy_state)),
+        **tell_metrics,
+    }
 
 
 def _count_nonfinite(tree: Any) -> jax.Array:

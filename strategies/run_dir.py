@@ -244,8 +244,9 @@ def open_shared(config: EvolveConfig | None, options: RunOptions, primary: bool)
                       "config": prepared.config.to_dict(), "meta": meta}
             done = prepared.resuming and complete(meta, prepared.config, prepared.saved)
             if done:
-                logging.getLogger("popeval").info("run %s is complete (%s); nothing to do (raise num_generations to continue it)",
-                         prepared.run_dir, done)
+                logging.getLogger("popeval").info(
+                    "run %s is complete (%s); nothing to do (raise num_generations to continue it)",
+                    prepared.run_dir, done)
                 opened["done"] = (read_result(prepared.run_dir)
                                   or {"run_dir": str(prepared.run_dir), "generations": meta["generation"]})
         except Exception as e:

@@ -7,7 +7,7 @@ diverging policy's NaN/inf worst, so it never reaches a strategy's state.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp

@@ -16,15 +16,16 @@ The per-member form of the Gaussian strategies (`Strategy.members`): `member_sam
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
-from jax.flatten_util import ravel_pytree
 from evosax import algorithms as evosax_algorithms
 from evosax.core import fitness_shaping as evosax_shaping
 from flax import struct
+from jax.flatten_util import ravel_pytree
 
 from popeval.environments.registry import did_you_mean
 
@@ -72,12 +73,6 @@ def _resolve(name: str) -> type:
         raise ValueError(f"Unknown strategy {name!r}{did_you_mean(name, strategy_names())}. "
                          f"Known: {', '.join(strategy_names())}")
     return table[norm(name)]
-
-
-def _std_schedule(std_init: float, std_decay: float, std_min: float):
-    if std_decay == 1.0:
-        return optax.constant_schedule(std_init)
-    return lambda step: jnp.maximum(std_init * std_decay**step, std_min)
 
 
 # What evosax's constructors take beyond (population_size, solution, fitness_shaping_fn,
@@ -169,21 +164,66 @@ def make_strategy(
     """
     cls = _resolve(name)
     defaults = _DEFAULTS.get(cls.__name__, {})
-    learning_rate = defaults.get("learning_rate") if learning_rate is None else learning_rate
-    std_init = defaults.get("std_init") if std_init is None else std_init
-    for what, value, ok, rule in (
-        ("learning_rate", learning_rate, lambda v: v > 0, "> 0"),
-        ("std_init", std_init, lambda v: v > 0, "> 0"),
-        ("lr_decay", lr_decay, lambda v: 0 < v <= 1, "in (0, 1]"),
-        ("std_decay", std_decay, lambda v: 0 < v <= 1, "in (0, 1]"),
-        ("lr_min", lr_min, lambda v: v >= 0, ">= 0"),
-        ("std_min", std_min, lambda v: v >= 0, ">= 0"),
-    ):
+    hyper = _Hyperparameters(
+        learning_rate=defaults.get("learning_rate") if learning_rate is None else learning_rate,
+        lr_decay=lr_decay, lr_min=lr_min, optimizer=optimizer,
+        std_init=defaults.get("std_init") if std_init is None else std_init,
+        std_decay=std_decay, std_min=std_min,
+    )
+    _check(cls.__name__, hyper, fitness_shaping, pop_size, kwargs)
+    takes = _CONSTRUCTOR[cls.__name__]
+    ctor = {arg: build(hyper) for arg, build in _BUILT_ARGUMENTS.items() if arg in takes}
+    if "optimizer" not in takes and hyper.learning_rate is not None:
+        raise ValueError(f"{cls.__name__} takes no learning_rate")
+    ctor["fitness_shaping_fn"] = shaping_fn = _shaping_fn(cls.__name__, fitness_shaping)
+    ctor.update({k: v for k, v in kwargs.items() if k in takes})
+    try:
+        algo = cls(population_size=int(pop_size), solution=solution, **ctor)
+    except AssertionError as e:  # evosax checks its arguments with asserts
+        raise ValueError(f"{cls.__name__} with pop_size={pop_size}: {e}") from None
+    param_fields = {k: v for k, v in kwargs.items() if k not in takes}
+    if hyper.std_init is not None and "std_schedule" not in takes:
+        param_fields.setdefault("std_init", hyper.std_init)
+    evo_params = _evo_params(algo, param_fields, takes)
+    _, unravel = ravel_pytree(solution)
+    init, ask, tell, mean = _functions(algo, evo_params, unravel, hyper.std_init)
+    members = member_sampling(algo, shaping_fn, unravel, member_chunk, _strong)
+    return Strategy(init, ask, tell, mean, cls.__name__, int(pop_size), int(algo.num_dims), members)
+
+
+class _Hyperparameters(NamedTuple):
+    """`make_strategy`'s own hyperparameters, popeval's defaults applied."""
+
+    learning_rate: float | None
+    lr_decay: float
+    lr_min: float
+    optimizer: str
+    std_init: float | None
+    std_decay: float
+    std_min: float
+
+
+#: (hyperparameter, its rule, the rule in words) for `_check`.
+_RULES = (
+    ("learning_rate", lambda v: v > 0, "> 0"),
+    ("std_init", lambda v: v > 0, "> 0"),
+    ("lr_decay", lambda v: 0 < v <= 1, "in (0, 1]"),
+    ("std_decay", lambda v: 0 < v <= 1, "in (0, 1]"),
+    ("lr_min", lambda v: v >= 0, ">= 0"),
+    ("std_min", lambda v: v >= 0, ">= 0"),
+)
+
+
+def _check(algorithm: str, hyper: _Hyperparameters, fitness_shaping: str, pop_size: int, kwargs: dict) -> None:
+    """Refuses bad hyperparameters, an unsupported algorithm, an unknown shaping and a bad
+    `pop_size` (before evosax sees them)."""
+    for what, ok, rule in _RULES:
+        value = getattr(hyper, what)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                   or not math.isfinite(value) or not ok(value)):
-            raise ValueError(f"{cls.__name__}: {what} must be a finite number {rule}, got {value!r}")
-    if cls.__name__ not in _CONSTRUCTOR:
-        raise ValueError(f"{cls.__name__} is not supported by popeval (multi-population strategies "
+            raise ValueError(f"{algorithm}: {what} must be a finite number {rule}, got {value!r}")
+    if algorithm not in _CONSTRUCTOR:
+        raise ValueError(f"{algorithm} is not supported by popeval (multi-population strategies "
                          f"evolve several means at once); supported: {', '.join(sorted(_CONSTRUCTOR))}")
     if fitness_shaping not in FITNESS_SHAPING:
         raise ValueError(
@@ -191,59 +231,69 @@ def make_strategy(
         )
     if int(pop_size) < 2:
         raise ValueError(f"pop_size must be >= 2, got {pop_size}")
-    takes = _CONSTRUCTOR[cls.__name__]
-    ctor: dict[str, Any] = {}
-    if "use_antithetic_sampling" in takes and kwargs.get("use_antithetic_sampling", True):
-        if pop_size % 2:
-            raise ValueError(f"{cls.__name__} samples antithetic pairs: pop_size must be even, got {pop_size}")
-    if "optimizer" in takes:
-        lr = 1e-2 if learning_rate is None else learning_rate
-        if lr_decay != 1.0:
-            lr = optax.exponential_decay(lr, transition_steps=1, decay_rate=lr_decay, end_value=lr_min)
-        ctor["optimizer"] = getattr(optax, optimizer)(lr)
-    elif learning_rate is not None:
-        raise ValueError(f"{cls.__name__} takes no learning_rate")
-    if "std_schedule" in takes:
-        ctor["std_schedule"] = _std_schedule(1.0 if std_init is None else std_init, std_decay, std_min)
-    # evosax receives the raw (sanitised, negated) fitness, so that its best-solution
-    # tracking, which is the "mean" policy of population-based algorithms, follows returns;
-    # popeval's shaping runs inside evosax's shaping hook. Rank-weighted algorithms (CMA-ES
-    # and kin) keep evosax's weights after it (popeval's shaping is monotone: same ranks).
+    antithetic = "use_antithetic_sampling" in _CONSTRUCTOR[algorithm] and kwargs.get("use_antithetic_sampling", True)
+    if antithetic and pop_size % 2:
+        raise ValueError(f"{algorithm} samples antithetic pairs: pop_size must be even, got {pop_size}")
+
+
+def _optimizer(hyper: _Hyperparameters):
+    """The optax optimizer of a gradient-based algorithm, its learning rate decayed if asked."""
+    lr = 1e-2 if hyper.learning_rate is None else hyper.learning_rate
+    if hyper.lr_decay != 1.0:
+        lr = optax.exponential_decay(lr, transition_steps=1, decay_rate=hyper.lr_decay, end_value=hyper.lr_min)
+    return getattr(optax, hyper.optimizer)(lr)
+
+
+def _std_schedule(hyper: _Hyperparameters):
+    """The search std by generation: `std_init`, decayed to `std_min` if asked."""
+    std_init = 1.0 if hyper.std_init is None else hyper.std_init
+    if hyper.std_decay == 1.0:
+        return optax.constant_schedule(std_init)
+    return lambda step: jnp.maximum(std_init * hyper.std_decay**step, hyper.std_min)
+
+
+#: evosax constructor arguments that popeval builds from its own hyperparameters.
+_BUILT_ARGUMENTS = {"optimizer": _optimizer, "std_schedule": _std_schedule}
+
+
+def _shaping_fn(algorithm: str, fitness_shaping: str) -> Callable:
+    """evosax's fitness-shaping hook running popeval's shaping `fitness_shaping`.
+
+    evosax receives the raw (sanitised, negated) fitness, so that its best-solution tracking,
+    which is the "mean" policy of population-based algorithms, follows returns; popeval's
+    shaping runs inside evosax's shaping hook. Rank-weighted algorithms (CMA-ES and kin) keep
+    evosax's weights after it (popeval's shaping is monotone: same ranks)."""
     own = evosax_shaping.identity_fitness_shaping_fn
-    if cls.__name__ in _WEIGHTED:
+    if algorithm in _WEIGHTED:
         own = evosax_shaping.weights_fitness_shaping_fn
     shape = FITNESS_SHAPING[fitness_shaping]
 
     def shaping_fn(population, fitness, state, params):
         return own(population, -shape(-fitness), state, params)  # popeval shapes maximised values
 
-    ctor["fitness_shaping_fn"] = shaping_fn
-    param_fields = {}
-    for k, v in kwargs.items():
-        if k in takes:
-            ctor[k] = v
-        else:
-            param_fields[k] = v
-    try:
-        algo = cls(population_size=int(pop_size), solution=solution, **ctor)
-    except AssertionError as e:  # evosax checks its arguments with asserts
-        raise ValueError(f"{cls.__name__} with pop_size={pop_size}: {e}") from None
+    return shaping_fn
+
+
+def _evo_params(algo: Any, param_fields: dict, takes: tuple[str, ...]) -> Any:
+    """evosax's default params of `algo` with `param_fields` replaced (unknown fields refused)."""
     evo_params = algo.default_params
-    if std_init is not None and "std_schedule" not in takes:
-        param_fields.setdefault("std_init", std_init)
     known = set(getattr(evo_params, "__dataclass_fields__", {}))
     unknown = sorted(set(param_fields) - known)
     if unknown:
         raise ValueError(
-            f"{cls.__name__}: unknown hyperparameter(s) {unknown}; constructor arguments: "
+            f"{type(algo).__name__}: unknown hyperparameter(s) {unknown}; constructor arguments: "
             f"{sorted(takes)}, params: {sorted(known)}"
         )
     if param_fields:
         evo_params = evo_params.replace(**param_fields)
+    return evo_params
+
+
+def _functions(algo: Any, evo_params: Any, unravel: Callable, std_init: float | None):
+    """`(init, ask, tell, mean)` of a `Strategy` over the evosax algorithm `algo`."""
     # Distribution-based algorithms expose their mean (`get_mean`); population-based ones
     # track the best member seen (`best_solution` of their state), which popeval calls the mean.
     distribution = hasattr(algo, "get_mean")
-    _, unravel = ravel_pytree(solution)
 
     def init(key: jax.Array, mean_params: Any) -> StrategyState:
         key_init, key_pop, key_tell = jax.random.split(key, 3)
@@ -274,8 +324,7 @@ def make_strategy(
             return algo.get_mean(state.evo_state)
         return unravel(state.evo_state.best_solution)
 
-    members = member_sampling(algo, shaping_fn, unravel, member_chunk, _strong)
-    return Strategy(init, ask, tell, mean, cls.__name__, int(pop_size), int(algo.num_dims), members)
+    return init, ask, tell, mean
 
 
 def _strong(tree: Any, like: Any = None) -> Any:

@@ -4,7 +4,40 @@ from __future__ import annotations
 
 import csv
 import os
+import shutil
+import sys
+import tempfile
 from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+# The experiments' code (`agents`, `benchmarks`) is not installed: its scripts import it with
+# `experiments/` as `sys.path[0]`, and so do the tests that test it.
+sys.path.insert(0, str(REPO / "experiments"))
+
+# One persistent XLA compilation cache for the whole session: this process, the xdist workers
+# (which inherit the variable) and every subprocess a test starts, so a program compiled once is
+# loaded, not compiled, by the next test that builds it. Compiled programs are the same either way.
+_OWN_CACHE = None
+if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+    _OWN_CACHE = os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="popeval-test-xla-")
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.2"
+
+
+def pytest_unconfigure(config):
+    if _OWN_CACHE:
+        shutil.rmtree(_OWN_CACHE, ignore_errors=True)
+
+#: One environment of each family, and a continuous-action one: the default tier's sweeps.
+REPRESENTATIVES = ("CartPole-v1", "Pendulum-v1", "Catch-bsuite", "FourRooms-misc", "PointRobot-misc",
+                   "Breakout-MinAtar")
+
+
+def sweep(env_ids) -> list:
+    """`env_ids` as parameters: the representatives run by default, the others under `-m slow`."""
+    return [pytest.param(e, marks=() if e in REPRESENTATIVES else pytest.mark.slow) for e in env_ids]
+
 
 #: `metrics.csv` columns that depend on wall time, not on the computation.
 TIMING_COLUMNS = frozenset({"steps/per_second", "time/elapsed"})
@@ -12,7 +45,7 @@ TIMING_COLUMNS = frozenset({"steps/per_second", "time/elapsed"})
 
 def subprocess_env(**overrides: str) -> dict[str, str]:
     """The environment for a fresh popeval process: this one's, with no device count chosen
-    (each test sets its own), JAX on the CPU, W&B off and no compilation cache."""
+    (each test sets its own), JAX on the CPU, W&B off and the session's compilation cache."""
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES")}
     env.update(JAX_PLATFORMS="cpu", WANDB_MODE="disabled", WANDB_SILENT="true", POPEVAL_CACHE_DIR="")
     env.update(overrides)

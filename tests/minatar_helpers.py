@@ -30,7 +30,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp

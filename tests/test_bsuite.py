@@ -22,8 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from bsuite.environments import bandit, catch, deep_sea, discounting_chain, memory_chain, mnist
-from bsuite.environments import umbrella_chain
+from bsuite.environments import bandit, catch, deep_sea, discounting_chain, memory_chain, mnist, umbrella_chain
 from bsuite.utils import datasets
 
 from popeval.environments import make

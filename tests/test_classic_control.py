@@ -19,7 +19,7 @@ import contextlib
 import dataclasses
 import functools
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import gymnasium
 import jax

@@ -13,7 +13,7 @@ from popeval.environments.compat import GYMNAX, ObservationView
 
 MINATAR = [i for i in registered_envs if i.endswith("-MinAtar")]
 
-#: Ids whose gymnax variant no parameter reproduces (README, "Differences from gymnax"):
+#: Ids whose gymnax variant no parameter reproduces (docs/environments.md, "Differences from gymnax"):
 #: another observation (Pong's pixels, PointRobot's, Reacher's and Swimmer's vectors).
 #: MNISTBandit is absent: gymnax downloads MNIST when it builds it (no network here).
 OBS_DIFFER = {"Pong-misc", "PointRobot-misc", "Reacher-misc", "Swimmer-misc"}
@@ -114,8 +114,9 @@ def test_obs_view_requires_nothing_of_the_base():
 # ----------------------------------------------------------------------------- register
 
 def test_register_user_environment():
-    from popeval.environments import EnvParams, EnvState, Environment, spaces
     from flax import struct
+
+    from popeval.environments import Environment, EnvParams, EnvState, spaces
 
     @struct.dataclass
     class CounterState(EnvState):

@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import read_metrics, subprocess_env
 
 ARGS = ["--env_name=CartPole-v1", "--pop_size=12", "--num_rollouts=2", "--num_generations=4", "--eval_every=2",
@@ -26,7 +25,8 @@ LONG = ["--env_name=Pendulum-v1", "--pop_size=32", "--num_rollouts=4", "--num_ge
         "--eval_episodes=4", "--checkpoint_every=1", "--quiet", "--wandb=disabled"]
 
 
-def popeval(args: list[str], cwd: Path, devices: int | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+def popeval(args: list[str], cwd: Path, devices: int | None = None,
+            timeout: float = 300) -> subprocess.CompletedProcess:
     env = subprocess_env(**({"JAX_NUM_CPU_DEVICES": str(devices)} if devices else {}))
     return subprocess.run([sys.executable, "-m", "popeval", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)
@@ -61,7 +61,7 @@ def test_two_processes_of_two_devices_equal_one_process_of_four(tmp_path):
     assert sorted(p.name for p in a.iterdir()) == sorted(p.name for p in b.iterdir())
     # Process 0 speaks for the run; the others print nothing of popeval's (JAX's gloo line aside).
     assert f"{processes * devices} device(s) in {processes} processes" in many.stderr
-    assert '"processes": %d' % processes in many.stdout
+    assert f'"processes": {processes}' in many.stdout
     others = (tmp_path / "logs" / "process-1.log").read_text()
     assert "run " not in others and "{" not in others, others
 

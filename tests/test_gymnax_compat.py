@@ -33,6 +33,7 @@ pytest.importorskip("gymnasium")  # gymnax's Gym wrappers; imported below, after
 from conftest import subprocess_env
 from gymnax import wrappers as gymnax_wrappers
 from gymnax.environments import spaces as gymnax_spaces
+
 from popeval.environments import SixValueStep, make, registered_envs, spaces
 from popeval.environments.wrappers import to_gymnax_space
 
@@ -104,7 +105,8 @@ def test_popeval_imports_without_gymnax():
         "assert 'gymnax' not in sys.modules and 'gymnasium' not in sys.modules, sorted(sys.modules)\n"
         "print('ok')\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env(), check=False)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env(),
+                         check=False)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
 
@@ -187,8 +189,10 @@ def test_gymnax_gym_wrapper(env_id):
         action = gym_env.action_space.sample()
         obs, reward, terminated, truncated, info = gym_env.step(action)
         expected = c.six.step(jax.random.split(key)[1], state, action, c.short)
-        assert_trees_equal((obs, gym_env.env_state, reward, terminated, truncated, info), expected, f"{env_id} step {t}")
-        assert gym_env.observation_space.contains(np.asarray(obs)), f"{env_id}: {obs} outside {gym_env.observation_space}"
+        got = (obs, gym_env.env_state, reward, terminated, truncated, info)
+        assert_trees_equal(got, expected, f"{env_id} step {t}")
+        space = gym_env.observation_space
+        assert space.contains(np.asarray(obs)), f"{env_id}: {obs} outside {space}"
         assert set(info) == SIX_INFO_KEYS and np.shape(info["final_observation"]) == obs_space.shape
         if not (terminated or truncated):
             np.testing.assert_array_equal(info["final_observation"], obs)
@@ -250,7 +254,8 @@ def test_gymnax_functional_wrappers(env_id):
     def sample(keys):  # two actions, drawn without compiling a sampler
         if isinstance(action_space, spaces.Discrete):
             return rng.integers(0, action_space.n, size=2).astype(np.int32)
-        return rng.uniform(np.asarray(action_space.low), np.asarray(action_space.high), (2, *action_space.shape)).astype(np.float32)
+        low, high = np.asarray(action_space.low), np.asarray(action_space.high)
+        return rng.uniform(low, high, (2, *action_space.shape)).astype(np.float32)
     timestep = reset(jax.random.split(jax.random.key(0), 2), c.short)
     # gymnax's dm_env `reset` gives a weakly typed reward (`jnp.array(0.0)`), `step` the
     # environment's float32; matching them spares JAX a second compile of `step`.

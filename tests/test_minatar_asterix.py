@@ -7,8 +7,8 @@ scripted situations must occur.
 from __future__ import annotations
 
 import numpy as np
-from minatar_helpers import GAMES, Log, play_episode, reference, replay_transitions
 from minatar_helpers import DOWN as D
+from minatar_helpers import GAMES, Log, play_episode, reference, replay_transitions
 from minatar_helpers import LEFT as L
 from minatar_helpers import NOOP as N
 from minatar_helpers import RIGHT as R

@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from popeval.environments import Visualizer, make, registered_envs, render
-from popeval.environments import rendering
+from popeval.environments import Visualizer, make, registered_envs, render, rendering
 from popeval.environments.minatar.common import MinAtarEnv
 from popeval.environments.rendering.kit import BLACK
 from popeval.environments.rendering.minatar import CHANNEL_COLOURS
@@ -190,7 +189,7 @@ def test_visualizer_seed_usage(tmp_path):
         if done:
             break
         else:
-            obs = next_obs
+            obs = next_obs  # noqa: F841 (the seed's loop, as written)
             env_state = next_env_state
 
     cum_rewards = jnp.cumsum(jnp.array(reward_seq))

@@ -1,9 +1,10 @@
 """`RolloutWrapper`: the seed-compatible API, the fitness path and its equivalences.
 
 Compilation dominates the cost (two programs per wrapper: fitness and trajectory), so the
-registry sweep runs the default configuration (MLP policy, compaction on) on every
-environment and marks the other three combinations (compaction off, random policy) `slow`;
-the other tests cover those combinations on CartPole, Pendulum and FourRooms.
+registry sweep runs the default configuration (MLP policy, compaction on) on one environment
+of each family by default and on every environment under `-m slow`, where the other
+combinations (compaction off, random policy) run too; the other tests cover those
+combinations on CartPole, Pendulum and FourRooms.
 
 Reference semantics checked here (see `popeval/rollout.py`): an episode key splits into a
 reset key and an episode key; step `t` uses `fold_in(episode_key, t)` split into a policy
@@ -21,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import sweep
 
 from popeval import compiler, layouts, normalization
 from popeval.environments import make, registered_envs
@@ -218,7 +220,7 @@ def registry_population(env_id):
         pytest.param("random", True, marks=pytest.mark.slow),
     ],
 )
-@pytest.mark.parametrize("env_id", registered_envs)
+@pytest.mark.parametrize("env_id", sweep(registered_envs))
 def test_fitness_equals_trajectory_on_every_env(env_id, kind, compaction):
     """Early exit (and compaction) == the fixed-length scan, to the bit, on every env.
 
@@ -375,7 +377,7 @@ def test_results_do_not_depend_on_how_members_are_batched(env_id):
     mixed = jax.tree.map(lambda a, b: a.at[::2].set(b[::2]), pop, others)  # odd members kept
     np.testing.assert_array_equal(w.population_fitness(keys, mixed).returns[1::2], base.returns[1::2])
     # Another population size runs other chunk fillings and passes: the same code on the same
-    # shapes, but not the same bits everywhere (README, Exactness): at most 1% of episodes
+    # shapes, but not the same bits everywhere (docs/exactness.md): at most 1% of episodes
     # may differ (Acrobot, P=100 of these 150: 1 episode of 400).
     for n in (1, 7, 100):
         part = np.asarray(w.population_fitness(keys, jax.tree.map(lambda x: x[:n], pop)).returns)
@@ -387,7 +389,7 @@ def test_results_do_not_depend_on_how_members_are_batched(env_id):
 def test_discrete_returns_do_not_depend_on_the_episodes_a_member_plays(env_id):
     """A member's episodes are the rows of one batched product a layer, and XLA:CPU may round
     a row differently with another number of rows (a continuous action's output layer did:
-    README, Exactness). An argmax of the outputs hides that: the first `b` of a member's 8
+    docs/exactness.md). An argmax of the outputs hides that: the first `b` of a member's 8
     episodes return the same bits played `b` at a time, with the same keys."""
     env, params = make(env_id)
     policy, pop = mlp_population(env, params, 32, seed=6, hidden_sizes=(16,))

@@ -79,7 +79,8 @@ def test_a_second_process_is_refused_and_a_dead_ones_lock_is_not_in_the_way(tmp_
     finally:
         holder.release()
     # A process killed while holding the lock: the kernel releases it.
-    code = f"from pathlib import Path\nfrom popeval.strategies.run_dir import Lock\nLock(Path({str(run_dir)!r}))\nimport os; os.kill(os.getpid(), 9)"
+    code = (f"from pathlib import Path\nfrom popeval.strategies.run_dir import Lock\nLock(Path({str(run_dir)!r}))\n"
+            "import os; os.kill(os.getpid(), 9)")
     subprocess.run([sys.executable, "-c", code], env=subprocess_env(), timeout=120)
     out = evolve(EvolveConfig(**{**TINY, "num_generations": 6}), RunOptions(resume=str(run_dir), **QUIET))
     assert out["generations"] == 6

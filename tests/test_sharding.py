@@ -193,7 +193,7 @@ def test_wrapper_results_identical_across_device_counts(wrapper_runs, name):
     """Bit-identical fitness, trajectories and observation statistics on 1, 2, 3 and 4
     devices, chaotic tasks (CartPole's 500 steps, Acrobot) included: every device runs the same
     one-device program on its piece. (A program over several devices, `shard_map`, rounded a
-    CartPole population differently: README, Exactness.)"""
+    CartPole population differently: docs/exactness.md.)"""
     one = wrapper_runs[1][name]
     assert one["returns"] == one["cum_return"], "fitness != trajectory on one device"
     for n in WRAPPER_DEVICE_COUNTS[1:]:

@@ -10,11 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from popeval import normalization
-from popeval import visualize
+from popeval import normalization, visualize
 from popeval.environments import render
 from popeval.rollout import RolloutWrapper
-
 
 ZERO = np.float32(0.0)  # parameters of the policies that need none
 

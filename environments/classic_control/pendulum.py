@@ -32,7 +32,7 @@ class EnvParams:
     dt: float = bounded(0.05, 0.0, open_low=True)
     g: float = bounded(10.0, 0.0)
     m: float = bounded(1.0, 0.0, open_low=True)
-    l: float = bounded(1.0, 0.0, open_low=True)
+    l: float = bounded(1.0, 0.0, open_low=True)  # noqa: E741 - the pole length, gymnasium's name
     max_steps_in_episode: int = bounded(200, 1)
 
 

@@ -129,8 +129,9 @@ class Breakout(MinAtarEnv):
         return next_state, jnp.where(breaks, 1.0, 0.0), next_state.terminal
 
     def get_obs(self, state, params=None, key=None):
-        # Flat (row, column, channel) indices of the three one-cell channels; this `any`
-        # over a tiny axis compiled ~1.7x faster under vmap than or-ing three cell masks.
+        # Flat (row, column, channel) indices of the three one-cell channels: an `any` over a
+        # tiny axis runs faster under vmap than or-ing three cell masks (experiments/README.md,
+        # "MinAtar observations").
         cells = jnp.stack([
             (9 * 10 + state.pos) * 4,
             (state.ball_y * 10 + state.ball_x) * 4 + 1,

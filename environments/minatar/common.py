@@ -26,8 +26,8 @@ instead of run as one loop per hash on CPUs); a game's own draws use `jax.random
 measured faster for values that many places of the step read (`prng`'s docstring).
 `grid_mask(y, x)` builds one-hot 10x10 cells. Observations run fastest under vmap built as
 one elementwise expression over `(10, 10, C)` from `OBS_ROWS`, `OBS_COLS`, a channel
-iota and `lane_rows` (per-lane values of rows 1..8); stacking per-channel masks was ~2x
-slower per step in Asterix.
+iota and `lane_rows` (per-lane values of rows 1..8), not by stacking per-channel masks
+(experiments/README.md, "MinAtar observations").
 
 An out-of-range integer action indexes the action set with jnp's gather semantics:
 values >= n act as the last action, negative values count from the end as in numpy

@@ -23,7 +23,7 @@ index `row * ncol + col` (an int32 scalar).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp

@@ -72,9 +72,9 @@ class PointRobot(Environment):
         action = jnp.clip(action, -params.max_action, params.max_action)
         noise = params.noise_std * jax.random.normal(key, (2,))
         pos = jnp.clip(state.pos + action + noise, -params.arena, params.arena)
-        # Written out, not `jnp.sum(d ** 2)`: XLA:CPU emitted that two-element reduction with
-        # different FMA contraction in the fitness and trajectory programs on an AVX2 machine
-        # (AMD EPYC, Zen 1), 1 ulp apart in 19% of returns; the explicit sum rounds alike in both.
+        # Written out, not `jnp.sum(d ** 2)`: XLA:CPU can contract that two-element reduction
+        # differently in the fitness and trajectory programs; the explicit sum rounds alike in
+        # both (experiments/README.md, "Point robot's distance").
         d = pos - state.goal
         dist2 = d[0] * d[0] + d[1] * d[1]
         reward = -dist2

@@ -85,18 +85,18 @@ def link_centres(config: jax.Array, link_length) -> jax.Array:
 
 def body_velocity(config: jax.Array, joint_rates: jax.Array, params) -> jax.Array:
     """`(dx, dy, dtheta)` (3,) for which the fluid's total force and torque vanish."""
-    l, c_t, c_n = params.link_length, params.drag_tangential, params.drag_normal
+    length, c_t, c_n = params.link_length, params.drag_tangential, params.drag_normal
     phi = link_angles(config)
     t = jnp.stack([jnp.cos(phi), jnp.sin(phi)], axis=-1)  # (N, 2)
     n = jnp.stack([-t[:, 1], t[:, 0]], axis=-1)
     # Velocities are linear in dQ: dc_i = dcentres[i] @ dQ, dphi_i = dphi[i] @ dQ.
-    dcentres = jax.jacfwd(link_centres)(config, l)  # (N, 2, N+2)
+    dcentres = jax.jacfwd(link_centres)(config, length)  # (N, 2, N+2)
     dphi = jax.jacfwd(link_angles)(config)  # (N, N+2)
-    drag = -l * (c_t * t[:, :, None] * t[:, None, :] + c_n * n[:, :, None] * n[:, None, :])
+    drag = -length * (c_t * t[:, :, None] * t[:, None, :] + c_n * n[:, :, None] * n[:, None, :])
     forces = jnp.einsum("iab,ibk->iak", drag, dcentres)  # (N, 2, N+2): F_i = forces[i] @ dQ
-    arm = link_centres(config, l) - config[:2]
+    arm = link_centres(config, length) - config[:2]
     torques = arm[:, 0, None] * forces[:, 1] - arm[:, 1, None] * forces[:, 0]
-    torques = torques - c_n * l**3 / 12.0 * dphi
+    torques = torques - c_n * length**3 / 12.0 * dphi
     wrench = jnp.concatenate([forces.sum(0), torques.sum(0)[None]])  # (3, N+2): (F, T) = wrench dQ
     return -jnp.linalg.solve(wrench[:, :3], wrench[:, 3:] @ joint_rates)
 

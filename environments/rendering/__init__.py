@@ -12,8 +12,9 @@ environment's class hierarchy through those tables. `kit` holds the drawing prim
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import jax
 import numpy as np

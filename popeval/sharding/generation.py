@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -35,7 +36,7 @@ def gather_members(x: Any, pop_size: int) -> Any:
 
 class Pieces:
     """A generation on CPU devices as one-device programs, so that any count of devices and
-    processes rounds as one device does (README, Exactness). `ask(state, seed)` runs on this
+    processes rounds as one device does (docs/exactness.md). `ask(state, seed)` runs on this
     process's first device; `evaluate(state, seed, asked, members)` on pieces of this process's
     share of the members (`member_parts` a device, side by side: `run_parts`); the pieces'
     outputs, gathered over processes, go to `update(state, seed, asked, gathered)` on the first

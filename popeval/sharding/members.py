@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -45,8 +46,8 @@ def shard_members(fn: Callable, devices: tuple) -> Callable:
     return sharded
 
 
-#: A part on its own thread holds at least this many episodes a device (two parts of CartPole or
-#: Pendulum ran slower at P=16 x 8, 1.4x faster at P=64 x 8).
+#: A part on its own thread holds at least this many episodes a device: smaller parts gain less
+#: than a thread costs (experiments/README.md, "Devices and threads").
 PART_EPISODES = 256
 _pool = functools.cache(lambda workers: ThreadPoolExecutor(workers, thread_name_prefix="popeval-part"))
 

@@ -18,7 +18,17 @@ warning and is then ignored: it never stops a run.
 """
 
 from .base import RunInfo, Sink
-from .files import CURVE_PNG, FITNESS_PNG, METRICS_CSV, CSVSink, CurveSink, PlotSink, plot_curves, plot_fitness, read_metrics
+from .files import (
+    CURVE_PNG,
+    FITNESS_PNG,
+    METRICS_CSV,
+    CSVSink,
+    CurveSink,
+    PlotSink,
+    plot_curves,
+    plot_fitness,
+    read_metrics,
+)
 from .progress import LogSink, ProgressSink
 from .weights_and_biases import WandbSink, wandb_mode
 

@@ -108,7 +108,8 @@ def plot_fitness(csv_path: str | os.PathLike, png_path: str | os.PathLike, title
     ax.fill_between(gen, col("fitness/min"), col("fitness/max"), alpha=0.2, label="population min-max")
     ax.plot(gen, col("fitness/mean"), label="population mean")
     ax.plot(gen, col("best/fitness"), label="best member so far", linestyle="--")
-    for key, label, style in (("eval/return", "eval: mean policy", "o-"), ("eval/best_return", "eval: best policy", "s:")):
+    evaluations = (("eval/return", "eval: mean policy", "o-"), ("eval/best_return", "eval: best policy", "s:"))
+    for key, label, style in evaluations:
         points = [(g, v) for g, v in zip(gen, col(key)) if not math.isnan(v)]
         if points:
             ax.plot(*zip(*points), style, markersize=3, label=label)

@@ -65,8 +65,9 @@ def test_td_lambda_targets_carry_no_gradient():
     np.testing.assert_array_equal(g_target, np.zeros(5))
 
 
+@pytest.mark.slow  # rlax: the bench extra
 def test_td_lambda_agrees_with_rlax():
-    import rlax  # a test extra (the anchor's)
+    rlax = pytest.importorskip("rlax", reason="rlax is the bench extra: pip install -e '.[bench]'")
 
     rng = np.random.default_rng(1)
     v_tm1, r_t, v_t = (jnp.asarray(rng.normal(size=9), jnp.float32) for _ in range(3))
@@ -117,6 +118,7 @@ DEVICE_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_one_two_and_four_devices_agree():
     """The same 8 SpaceInvaders environments (sticky actions and epsilon-greedy draw keys) on
     1, 2 and 4 devices (8, 4, 2 per device) take the same actions: identical episodes and
@@ -141,8 +143,10 @@ def test_one_two_and_four_devices_agree():
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=f"{n} devices")
 
 
+@pytest.mark.slow  # the anchor's haiku and rlax: the bench extra
 def test_script_quick_writes_the_run_and_times_the_anchor(tmp_path):
-    """`--quick --anchor` on Catch: popeval's learner and the seed's haiku + rlax code (test extras)."""
+    """`--quick --anchor` on Catch: popeval's learner and the seed's haiku + rlax code (bench extra)."""
+    pytest.importorskip("rlax", reason="the anchor's rlax and haiku are the bench extra: pip install -e '.[bench]'")
     run_dir = tmp_path / "run"
     cmd = [sys.executable, str(REPO / "experiments" / "anakin.py"), "--config", str(CONFIGS / "anakin_catch.yaml"),
            "--quick", "--run-dir", str(run_dir), "--wandb", "disabled", "--anchor"]

@@ -24,6 +24,7 @@ FOOTPRINT_KEYS = {"env", "pop_size", "num_rollouts", "num_env_steps", "devices",
 OVER_T_KEYS = {"env", "pop_size", "num_rollouts", "num_env_steps", "xla_bytes", "passed"}
 
 
+@pytest.mark.slow
 def test_quick_benchmark_writes_json_with_device_rows(tmp_path, capsys):
     """`--quick --devices N M`: this process's rows (N devices), and the fitness and fused rows
     of M devices from a subprocess (CPU only: the subprocess sets JAX_NUM_CPU_DEVICES)."""

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import REPRESENTATIVES
 
 from popeval import keys, registered_envs
 from popeval.strategies import load_config, load_policy
@@ -39,7 +40,12 @@ def test_every_environment_ships_a_controller_from_its_config():
         assert sum(f.stat().st_size for f in path.iterdir()) < 1_000_000, path
 
 
-@pytest.mark.parametrize("path", CONTROLLERS, ids=[p.name for p in CONTROLLERS])
+#: The representatives' controllers by default, the others under `-m slow`.
+SWEEP = [pytest.param(p, id=p.name, marks=() if read_config(p).env_name in REPRESENTATIVES else pytest.mark.slow)
+         for p in CONTROLLERS]
+
+
+@pytest.mark.parametrize("path", SWEEP)
 def test_shipped_controller_reproduces_its_recorded_returns(path):
     recorded = json.loads((path / "result.json").read_text())
     (run, mean, obs_stats, _), best = load_policy(path, "mean"), load_policy(path, "best").params

@@ -66,6 +66,7 @@ def test_two_processes_of_two_devices_equal_one_process_of_four(tmp_path):
     assert "run " not in others and "{" not in others, others
 
 
+@pytest.mark.slow
 def test_a_killed_process_ends_the_run_and_it_resumes(tmp_path):
     """Process 1 is killed mid-run: process 0 fails within seconds with a message that says
     how to resume, keeping its last checkpoint; the run resumes with two processes of one

@@ -119,6 +119,7 @@ def test_a_run_stores_true_transitions_and_stops_early():
     assert set(np.unique(data.action)) == {0, 1}
 
 
+@pytest.mark.slow
 def test_script_quick_learns_and_times_the_anchor(tmp_path):
     """`--quick`: two seeds, 6,000 steps; both greedy policies well above a random policy's
     ~22. The anchor runs seed 002's loop with the same update ratio."""

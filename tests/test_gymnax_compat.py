@@ -30,7 +30,7 @@ import pytest
 
 gymnax = pytest.importorskip("gymnax")
 pytest.importorskip("gymnasium")  # gymnax's Gym wrappers; imported below, after the skips
-from conftest import subprocess_env
+from conftest import subprocess_env, sweep
 from gymnax import wrappers as gymnax_wrappers
 from gymnax.environments import spaces as gymnax_spaces
 
@@ -173,7 +173,7 @@ def test_six_value_step_api():
 # ----------------------------------------------------------------------------- (a) wrappers
 
 
-@pytest.mark.parametrize("env_id", registered_envs)
+@pytest.mark.parametrize("env_id", sweep(registered_envs))
 def test_gymnax_gym_wrapper(env_id):
     """`GymnaxToGymWrapper` plays an episode through its auto-reset and a re-seeded reset;
     each step is `SixValueStep.step`'s with the wrapper's key, bit for bit (its deep copy
@@ -202,7 +202,7 @@ def test_gymnax_gym_wrapper(env_id):
     assert gym_env.observation_space.contains(np.asarray(obs)) and int(gym_env.env_state.time) == 0
 
 
-@pytest.mark.parametrize("env_id", registered_envs)
+@pytest.mark.parametrize("env_id", sweep(registered_envs))
 def test_gymnax_vector_gym_wrapper(env_id):
     """`GymnaxToVectorGymWrapper` batches 3 copies of every environment: batched Gym spaces
     that hold the reset observations. One environment per family also steps until every
@@ -225,7 +225,7 @@ def test_gymnax_vector_gym_wrapper(env_id):
     assert ended.all(), f"{env_id}: {ended}"
 
 
-@pytest.mark.parametrize("env_id", registered_envs)
+@pytest.mark.parametrize("env_id", sweep(registered_envs))
 def test_gymnax_functional_wrappers(env_id):
     """dm_env(LogWrapper(FlattenObservationWrapper(StickyActionWrapper(env)))), vmapped
     over 2 episodes: flat observations, LogWrapper's returns accumulate and are reported
@@ -455,7 +455,8 @@ def test_six_value_step_equals_gymnax_step(env_id):
 EVOSAX_IDS = ["CartPole-v1", "MemoryChain-bsuite", *(i for i in registered_envs if i.endswith("-MinAtar"))]
 
 
-@pytest.mark.parametrize("env_id", EVOSAX_IDS)
+@pytest.mark.parametrize("env_id", [pytest.param(e, marks=pytest.mark.slow) if e.endswith("-MinAtar")
+                                    and e != "Breakout-MinAtar" else e for e in EVOSAX_IDS])
 def test_evosax_gymnax_problem(env_id, monkeypatch):
     """evosax's `GymnaxProblem`, default settings, builds popeval's gymnax variant through
     `gymnax.make` and evaluates a population; on CartPole its fitness equals the one

@@ -101,7 +101,8 @@ def _population(policy, env, params, size):
 @pytest.mark.parametrize("env_id,cls,kwargs,steps", [
     ("CartPole-v1", MLPPolicy, {"hidden_sizes": (8,)}, None),
     ("Pendulum-v1", MLPPolicy, {"hidden_sizes": (8,)}, 100),
-    ("Breakout-MinAtar", CNNPolicy, {"conv_channels": (4,), "hidden_sizes": (8,)}, 60),
+    pytest.param("Breakout-MinAtar", CNNPolicy, {"conv_channels": (4,), "hidden_sizes": (8,)}, 60,
+                 marks=pytest.mark.slow),
 ])
 def test_sampled_heads_in_rollouts(env_id, cls, kwargs, steps):
     """Fitness path == trajectory path with sampled actions; identical members on the same

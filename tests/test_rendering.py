@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import sweep
 from PIL import Image
 
 from popeval.environments import Visualizer, make, registered_envs, render, rendering
@@ -85,7 +86,7 @@ def runs(frames):
     return 1 + sum(not np.array_equal(a, b) for a, b in zip(frames, frames[1:]))
 
 
-@pytest.mark.parametrize("env_id", registered_envs)
+@pytest.mark.parametrize("env_id", sweep(registered_envs))
 def test_render_every_env(env_id, tmp_path):
     env, params, states, _ = random_states(env_id)
     frames = render(env, params, states)

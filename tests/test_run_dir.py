@@ -173,7 +173,8 @@ def test_a_full_disk_gives_one_line_and_leaves_no_litter(tmp_path):
         sys.exit(main(sys.argv[1:]))
     """)
     out = subprocess.run([sys.executable, "-c", script, "evolve", "--config", str(config), "--run_dir", "run",
-                          "--quiet", "--wandb", "disabled"], cwd=tmp_path, env=subprocess_env(),
+                          "--quiet", "--wandb", "disabled"], cwd=tmp_path,
+                         env=subprocess_env(JAX_COMPILATION_CACHE_DIR=""),  # the limit would hit the cache too
                          capture_output=True, text=True, timeout=300)
     errors = [line for line in out.stderr.splitlines() if "rror" in line or "fail" in line or "arning" in line]
     assert out.returncode == 2 and len(errors) == 1 and "File too large" in errors[0], out.stderr
@@ -267,14 +268,19 @@ def test_ctrl_c_says_what_was_saved_and_how_to_resume(tmp_path):
     config.write_text(json.dumps({**TINY, "num_generations": 100000, "checkpoint_every": 2}))
     proc = subprocess.Popen([sys.executable, "-m", "popeval", "evolve", "--config", str(config), "--run_dir=run",
                              "--quiet", "--wandb=disabled"], cwd=tmp_path, env=subprocess_env(JAX_NUM_CPU_DEVICES="1"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            # A process started with SIGINT ignored (as by xdist's workers) keeps ignoring it.
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     metrics = tmp_path / "run" / "metrics.csv"
     deadline = time.monotonic() + 300
-    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 6):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
+    try:
+        while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 6):
+            assert proc.poll() is None and time.monotonic() < deadline, "no 5 generations in time"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()  # a 100,000-generation run never outlives the test
     assert proc.returncode == 130, err
     last = err.strip().splitlines()[-1]
     saved = checkpoint.load_meta(tmp_path / "run")["generation"]

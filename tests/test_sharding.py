@@ -7,9 +7,11 @@ rounding difference shows in the fitness), and CMA-ES on CartPole with per-membe
 keys and observation normalisation (statistics merged across devices); and the shipped
 CartPole config for six generations (256 members x 8 episodes of up to 500 steps: a balancing
 pole amplifies a last-bit difference, which a generation compiled as one program over the
-devices showed from generation 2 on). The per-generation metrics, the whole final checkpoint
-(strategy state, key, best parameters, observation statistics) and the final evaluations
-must be identical.
+devices showed from generation 2 on; `slow`). The per-generation metrics, the whole final
+checkpoint (strategy state, key, best parameters, observation statistics) and the final
+evaluations must be identical. `RolloutWrapper` is checked with `devices=n` in one
+interpreter with four CPU devices. The default tier runs 1 and 3 devices (uneven pieces); `-m slow`
+every count.
 """
 
 from __future__ import annotations
@@ -56,59 +58,71 @@ def flatten(tree, prefix=""):
     return {prefix: np.asarray(tree)}
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """`{devices: directory}`: the configs run once per device count (processes in parallel)."""
+#: The configs, in groups that share their processes; the shipped config's group is `slow`.
+TINY_NAMES = ("openai_es", "cma_es_obs_norm")
+#: (configs, device counts): by default the tiny configs on 1 and 3 devices (uneven pieces); under
+#: `-m slow` on every count, and the shipped config too.
+GROUPS = [pytest.param((TINY_NAMES, (1, 3)), id="tiny"),
+          pytest.param((TINY_NAMES, DEVICE_COUNTS), id="tiny-all", marks=pytest.mark.slow),
+          pytest.param((("cartpole_shipped",), DEVICE_COUNTS), id="cartpole_shipped", marks=pytest.mark.slow)]
+
+
+@pytest.fixture(scope="module", params=GROUPS)
+def runs(request, tmp_path_factory):
+    """`(names, {devices: directory})`: a group's configs run once per device count (processes in
+    parallel)."""
+    names, counts = request.param
     env = subprocess_env()
     dirs, procs = {}, {}
-    for n in DEVICE_COUNTS:
+    for n in counts:
         dirs[n] = tmp_path_factory.mktemp(f"devices{n}")
         procs[n] = subprocess.Popen(
-            [sys.executable, "-c", SCRIPT, json.dumps(CONFIGS)], cwd=dirs[n],
+            [sys.executable, "-c", SCRIPT, json.dumps({name: CONFIGS[name] for name in names})], cwd=dirs[n],
             env={**env, "JAX_NUM_CPU_DEVICES": str(n)}, text=True,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         )
     for n, proc in procs.items():
         out, _ = proc.communicate(timeout=600)
         assert proc.returncode == 0, f"{n} device(s):\n{out}"
-    return dirs
+    return names, dirs
 
 
-@pytest.mark.parametrize("name", CONFIGS)
-def test_devices_used_as_asked(runs, name):
-    for n, root in runs.items():
-        assert json.loads((root / name / "result.json").read_text())["devices"] == n
+@pytest.mark.xdist_group("sharding-runs")  # one worker runs the fixture
+def test_devices_used_as_asked(runs):
+    names, dirs = runs
+    for name in names:
+        for n, root in dirs.items():
+            assert json.loads((root / name / "result.json").read_text())["devices"] == n
 
 
-@pytest.mark.parametrize("name", CONFIGS)
-def test_metrics_identical_across_device_counts(runs, name):
-    def rows(n):
-        return read_metrics(runs[n] / name, timing=False)
+@pytest.mark.xdist_group("sharding-runs")  # one worker runs the fixture
+def test_metrics_identical_across_device_counts(runs):
+    names, dirs = runs
+    for name in names:
+        reference = read_metrics(dirs[1] / name, timing=False)
+        assert len(reference) == CONFIGS[name]["num_generations"]
+        assert len({r["fitness/mean"] for r in reference}) > 1  # the runs do something
+        others = [n for n in dirs if n != 1]
+        for n in others:
+            assert read_metrics(dirs[n] / name, timing=False) == reference, f"{name}: {n} devices"
+        results = {n: json.loads((dirs[n] / name / "result.json").read_text()) for n in dirs}
+        for n in others:
+            assert {k: results[n][k] for k in RESULT_KEYS} == {k: results[1][k] for k in RESULT_KEYS}
 
-    reference = rows(1)
-    assert len(reference) == CONFIGS[name]["num_generations"]
-    assert len({r["fitness/mean"] for r in reference}) > 1  # the runs do something
-    for n in DEVICE_COUNTS[1:]:
-        assert rows(n) == reference, f"{n} devices"
-    results = {n: json.loads((runs[n] / name / "result.json").read_text()) for n in DEVICE_COUNTS}
-    for n in DEVICE_COUNTS[1:]:
-        assert {k: results[n][k] for k in RESULT_KEYS} == {k: results[1][k] for k in RESULT_KEYS}
 
-
-@pytest.mark.parametrize("name", CONFIGS)
-def test_checkpoint_identical_across_device_counts(runs, name):
-    def arrays(n):
-        return flatten(checkpoint.load_state_dict(runs[n] / name))
-
-    reference = arrays(1)
-    if CONFIGS[name].get("obs_normalization"):
-        counts = [v for k, v in reference.items() if k.startswith("/obs_stats") and k.endswith("count")]
-        assert counts and float(counts[0]) > 0, sorted(reference)  # statistics were gathered
-    for n in DEVICE_COUNTS[1:]:
-        other = arrays(n)
-        assert other.keys() == reference.keys()
-        for k in reference:
-            np.testing.assert_array_equal(other[k], reference[k], err_msg=f"{k}, {n} devices")
+@pytest.mark.xdist_group("sharding-runs")  # one worker runs the fixture
+def test_checkpoint_identical_across_device_counts(runs):
+    names, dirs = runs
+    for name in names:
+        reference = flatten(checkpoint.load_state_dict(dirs[1] / name))
+        if CONFIGS[name].get("obs_normalization"):
+            counts = [v for k, v in reference.items() if k.startswith("/obs_stats") and k.endswith("count")]
+            assert counts and float(counts[0]) > 0, sorted(reference)  # statistics were gathered
+        for n in (n for n in dirs if n != 1):
+            other = flatten(checkpoint.load_state_dict(dirs[n] / name))
+            assert other.keys() == reference.keys()
+            for k in reference:
+                np.testing.assert_array_equal(other[k], reference[k], err_msg=f"{name} {k}, {n} devices")
 
 
 def test_replicated_state_round_trips_through_the_devices():
@@ -147,57 +161,59 @@ WRAPPER_CASES = {  # name -> (env id, RolloutWrapper kwargs)
     "Catch-bsuite": ("Catch-bsuite", {}),
     "CartPole-v1": ("CartPole-v1", {"common_random_numbers": False}),
 }
+#: Acrobot (chaotic, normalised observations) by default; the others under `-m slow`.
+WRAPPER_PARAMS = [pytest.param((name, WRAPPER_DEVICE_COUNTS), id=name, marks=pytest.mark.slow)
+                  for name in WRAPPER_CASES] + [pytest.param(("Acrobot-v1", (1, 3)), id="Acrobot-v1-1-3")]
 WRAPPER_SCRIPT = textwrap.dedent("""
     import json, sys
     import jax, numpy as np
     from popeval import MLPPolicy, RolloutWrapper
     from popeval.environments import make
-    out = {"devices": jax.local_device_count()}
-    for name, (env_id, kwargs) in json.loads(sys.argv[1]).items():
-        env, params = make(env_id, **kwargs.get("env_kwargs", {}))
-        policy = MLPPolicy.for_env(env, params, hidden_sizes=(16,))
-        pop = jax.vmap(lambda k: policy.init_params(k, env, params))(jax.random.split(jax.random.key(0), 10))
-        w = RolloutWrapper(policy.apply, env_name=env_id, **kwargs)
-        assert len(w.devices) == jax.local_device_count()
-        keys = jax.random.split(jax.random.key(1), 3)
-        fit = w.population_fitness(keys, pop)
-        traj = w.population_rollout(keys, pop)
-        assert fit.returns.shape == (10, 3) and traj[0].shape[:3] == (10, 3, w.num_env_steps)
-        out[name] = {"returns": np.asarray(fit.returns).tolist(), "lengths": np.asarray(fit.lengths).tolist(),
-                     "cum_return": np.asarray(traj[-1]).tolist(), "obs": float(np.asarray(traj[0]).sum()),
-                     "stats": None if fit.obs_stats is None else np.asarray(fit.obs_stats.m2).tolist()}
+    out = {}
+    for n in json.loads(sys.argv[2]):
+        out[n] = {}
+        for name, (env_id, kwargs) in json.loads(sys.argv[1]).items():
+            env, params = make(env_id, **kwargs.get("env_kwargs", {}))
+            policy = MLPPolicy.for_env(env, params, hidden_sizes=(16,))
+            pop = jax.vmap(lambda k: policy.init_params(k, env, params))(jax.random.split(jax.random.key(0), 10))
+            w = RolloutWrapper(policy.apply, env_name=env_id, devices=n, **kwargs)
+            assert len(w.devices) == n
+            keys = jax.random.split(jax.random.key(1), 3)
+            fit = w.population_fitness(keys, pop)
+            traj = w.population_rollout(keys, pop)
+            assert fit.returns.shape == (10, 3) and traj[0].shape[:3] == (10, 3, w.num_env_steps)
+            out[n][name] = {
+                "returns": np.asarray(fit.returns).tolist(), "lengths": np.asarray(fit.lengths).tolist(),
+                "cum_return": np.asarray(traj[-1]).tolist(), "obs": float(np.asarray(traj[0]).sum()),
+                "stats": None if fit.obs_stats is None else np.asarray(fit.obs_stats.m2).tolist()}
     print(json.dumps(out))
 """)
 
 
-@pytest.fixture(scope="module")
-def wrapper_runs():
-    """`{devices: results}`: population_fitness / population_rollout of P=10 members (5+5 on 2
-    devices, 4+4+2 on 3, padded) in a fresh interpreter per device count."""
-    env = subprocess_env()
-    procs = {n: subprocess.Popen([sys.executable, "-c", WRAPPER_SCRIPT, json.dumps(WRAPPER_CASES)],
-                                 env={**env, "JAX_NUM_CPU_DEVICES": str(n)}, text=True,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-             for n in WRAPPER_DEVICE_COUNTS}
-    results = {}
-    for n, proc in procs.items():
-        out, err = proc.communicate(timeout=600)
-        assert proc.returncode == 0, f"{n} device(s):\n{err[-3000:]}"
-        results[n] = json.loads(out.strip().splitlines()[-1])
-        assert results[n]["devices"] == n
-    return results
+@pytest.fixture(scope="module", params=WRAPPER_PARAMS)
+def wrapper_runs(request):
+    """`(name, {devices: results})`: population_fitness / population_rollout of P=10 members (5+5
+    on 2 devices, 3+3+4 on 3) with `devices=` each count, in one interpreter with four CPU devices."""
+    name, counts = request.param[0], json.dumps(request.param[1])
+    env = {**subprocess_env(), "JAX_NUM_CPU_DEVICES": str(max(WRAPPER_DEVICE_COUNTS))}
+    case = json.dumps({name: WRAPPER_CASES[name]})
+    out = subprocess.run([sys.executable, "-c", WRAPPER_SCRIPT, case, counts], env=env,
+                         text=True, capture_output=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return name, {int(n): results[name] for n, results in json.loads(out.stdout.strip().splitlines()[-1]).items()}
 
 
-@pytest.mark.parametrize("name", WRAPPER_CASES)
-def test_wrapper_results_identical_across_device_counts(wrapper_runs, name):
+def test_wrapper_results_identical_across_device_counts(wrapper_runs):
     """Bit-identical fitness, trajectories and observation statistics on 1, 2, 3 and 4
     devices, chaotic tasks (CartPole's 500 steps, Acrobot) included: every device runs the same
     one-device program on its piece. (A program over several devices, `shard_map`, rounded a
     CartPole population differently: docs/exactness.md.)"""
-    one = wrapper_runs[1][name]
+    name, results = wrapper_runs
+    one = results[1]
     assert one["returns"] == one["cum_return"], "fitness != trajectory on one device"
-    for n in WRAPPER_DEVICE_COUNTS[1:]:
-        assert wrapper_runs[n][name] == one, f"{name}: {n} devices differ from 1"
+    assert len(results) > 1
+    for n in results:
+        assert results[n] == one, f"{name}: {n} devices differ from 1"
 
 
 def test_wrapper_devices_argument_is_checked():
@@ -285,7 +301,7 @@ def test_split_members_places_parts_as_views_and_run_parts_runs_them_on_threads(
 
 
 @pytest.mark.parametrize("env_id,kwargs", [
-    ("CartPole-v1", {"num_env_steps": 100}),
+    pytest.param("CartPole-v1", {"num_env_steps": 100}, marks=pytest.mark.slow),
     ("Acrobot-v1", {"env_kwargs": {"max_steps_in_episode": 60}, "obs_normalization": True}),
 ])
 def test_wrapper_parts_on_threads_return_what_one_part_does(env_id, kwargs):

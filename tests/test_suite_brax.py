@@ -11,9 +11,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-brax_envs = pytest.importorskip("brax.envs")
-
 from conftest import read_metrics, subprocess_env
 
 from popeval import MLPPolicy, RolloutWrapper
@@ -21,6 +18,13 @@ from popeval.environments.suites import brax_env
 
 ROOT = Path(__file__).resolve().parents[1]
 T = 60  # rollout steps: a zero or random policy drops the pole well before
+#: brax brings mujoco: the slow tier, with the suites extra (`pip install -e ".[test,suites]"`).
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True, scope="module")
+def brax_envs():
+    return pytest.importorskip("brax.envs", reason="brax is the suites extra: pip install -e '.[suites]'")
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +33,7 @@ def env():
 
 
 @pytest.fixture(scope="module")
-def reference(env):
+def reference(env, brax_envs):
     ref = brax_envs.get_environment("inverted_pendulum", backend=env.backend)
     return jax.jit(ref.reset), jax.jit(ref.step)
 
@@ -103,7 +107,6 @@ def rollout(env):
     return manager.population_fitness(keys, pop), manager.population_rollout(keys, pop)
 
 
-@pytest.mark.slow
 def test_fitness_path_equals_trajectory_path(rollout):
     fitness, (_, _, reward, _, done, cum_return) = rollout
     assert fitness.returns.shape == (4, 2)
@@ -114,7 +117,6 @@ def test_fitness_path_equals_trajectory_path(rollout):
     np.testing.assert_array_equal(reward.sum(-1), cum_return)
 
 
-@pytest.mark.slow
 def test_terminated_episodes_end_early(rollout):
     """inverted_pendulum pays 1 per step until the pole falls: the zero member's episodes
     (action 0) end before T, and every return is its episode's length."""
@@ -124,7 +126,6 @@ def test_terminated_episodes_end_early(rollout):
     np.testing.assert_array_equal(fitness.returns, lengths.astype(np.float32))
 
 
-@pytest.mark.slow
 def test_es_script_quick_run(tmp_path):
     run_dir = tmp_path / "run"
     cmd = [sys.executable, "experiments/brax_es.py", "evolve",

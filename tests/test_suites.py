@@ -188,13 +188,14 @@ NAVIX_ROUTE = (0, 1, 2, 2, 1, 2, 2)
 
 @pytest.fixture(scope="module")
 def navix_pair():
-    navix = pytest.importorskip("navix")
+    navix = pytest.importorskip("navix", reason="navix is the suites extra: pip install -e '.[suites]'")
     from popeval.environments.suites import navix_env
 
     ref = navix.make(NAVIX_ID, max_steps=20)
     return navix_env(NAVIX_ID, max_steps=20), ref, jax.jit(ref.reset), jax.jit(ref.step)
 
 
+@pytest.mark.slow  # navix: the suites extra
 def test_navix_matches_reference(navix_pair):
     env, ref, ref_reset, ref_step = navix_pair
     assert env.default_params.max_steps_in_episode == ref.max_steps == 20
@@ -216,6 +217,7 @@ def test_navix_matches_reference(navix_pair):
     assert not bool(env.state_space().contains(state.replace(time=jnp.float32(0))))
 
 
+@pytest.mark.slow  # navix: the suites extra
 def test_navix_time_limits(navix_pair):
     env, _, ref_reset, ref_step = navix_pair
     for limit, end in ((3, 3), (40, 20)):  # popeval's limit; navix's max_steps stays 20
@@ -231,11 +233,13 @@ def test_navix_time_limits(navix_pair):
         assert int(ts.step_type) == (1 if end == 20 else 0)  # navix's own truncation
 
 
+@pytest.mark.slow  # navix: the suites extra
 def test_navix_rollouts(navix_pair):
     env, *_ = navix_pair
     check_rollouts(env, num_steps=12, short=3)
 
 
+@pytest.mark.slow  # navix: the suites extra
 def test_fitness_memory_does_not_grow_with_episode_length(navix_pair):
     """An adapted suite keeps the fitness path's O(P x B x state) memory: XLA's buffers are
     the same for 10 and 200 steps, where the trajectory path's grow with T."""

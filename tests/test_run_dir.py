@@ -266,11 +266,13 @@ def test_ctrl_c_says_what_was_saved_and_how_to_resume(tmp_path):
 
     config = tmp_path / "tiny.yaml"
     config.write_text(json.dumps({**TINY, "num_generations": 100000, "checkpoint_every": 2}))
-    proc = subprocess.Popen([sys.executable, "-m", "popeval", "evolve", "--config", str(config), "--run_dir=run",
+    # A Python started with SIGINT ignored (as xdist's workers start children) keeps ignoring it:
+    # the child puts Python's own handler back before it runs `python -m popeval`.
+    start = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+             "sys.argv[0] = 'popeval'; runpy.run_module('popeval', run_name='__main__', alter_sys=True)")
+    proc = subprocess.Popen([sys.executable, "-c", start, "evolve", "--config", str(config), "--run_dir=run",
                              "--quiet", "--wandb=disabled"], cwd=tmp_path, env=subprocess_env(JAX_NUM_CPU_DEVICES="1"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            # A process started with SIGINT ignored (as by xdist's workers) keeps ignoring it.
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     metrics = tmp_path / "run" / "metrics.csv"
     deadline = time.monotonic() + 300
     try:

@@ -105,8 +105,59 @@ def _extremes(leaf: Any) -> tuple[float, float, bool] | None:
     return float(xp.min(x)), float(xp.max(x)), nan
 
 
+#: int32's range: an integer field becomes an int32 array in jitted code.
+_INT32 = (-(2**31), 2**31 - 1)
+
+
+def _is_int_field(f: dataclasses.Field) -> bool:
+    """Whether the field is annotated `int` or a tuple of ints (`tuple[int, int]`)."""
+    hint = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+    return hint == "int" or (hint.startswith("tuple[int") and "float" not in hint)
+
+
+def _number(x: float) -> str:
+    """A bound as written: `2147483647`, not `2.14748e+09`."""
+    return str(int(x)) if math.isfinite(x) and x == int(x) and abs(x) >= 1e6 else f"{x:g}"
+
+
+def _integral(leaf: Any) -> bool:
+    """Whether every value of a concrete numeric leaf is a whole number."""
+    x = np.asarray(leaf)
+    return not np.issubdtype(x.dtype, np.floating) or bool(np.all(np.isfinite(x) & (x == np.round(x))))
+
+
+def _check_bounded(params: Any, f: dataclasses.Field, value: Any, leaves: list) -> None:
+    """Raises `ValueError` if a concrete `bounded` field is not a number (an integer for an
+    `int` field) in its range."""
+    low, high, open_low = f.metadata["bounds"]
+    integer = _is_int_field(f)
+    if integer:
+        low, high = max(low, _INT32[0]), min(high, _INT32[1])
+    interval = f"{'(' if open_low else '['}{_number(low)}, {_number(high)}]"
+    kind = "an integer" if integer else "a number"
+    for leaf in leaves:
+        try:
+            extremes = _extremes(leaf)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"{params_name(params)}: {f.name}={value!r} must be {kind} (or an array "
+                f"of them) in {interval}"
+            ) from None
+        if extremes is None:
+            continue
+        lo, hi, nan = extremes
+        if nan or not ((lo > low if open_low else lo >= low) and hi <= high):
+            raise ValueError(
+                f"{params_name(params)}: {f.name}={value!r} is "
+                f"{'NaN' if nan else 'out of range'}, expected {kind if integer else 'values'} in {interval}"
+            )
+        if integer and not _integral(leaf):
+            raise ValueError(f"{params_name(params)}: {f.name}={value!r} must be an integer in {interval}")
+
+
 def check_params(params: Any) -> Any:
-    """Raises `ValueError` if a concrete `bounded` or `flag` field of `params` is invalid.
+    """Raises `ValueError` if a concrete `bounded` or `flag` field of `params` is invalid
+    (out of its range, NaN, or for an `int` field not a whole number in int32's range).
 
     Returns:
         `params`, unchanged.
@@ -126,24 +177,7 @@ def check_params(params: Any) -> Any:
             if not all(_dtype(v) == np.bool_ for v in leaves):
                 raise ValueError(f"{params_name(params)}: {f.name}={value!r} must be a bool (True or False)")
             continue
-        low, high, open_low = f.metadata["bounds"]
-        interval = f"{'(' if open_low else '['}{low:g}, {high:g}]"
-        for leaf in leaves:
-            try:
-                extremes = _extremes(leaf)
-            except (TypeError, ValueError):
-                raise ValueError(
-                    f"{params_name(params)}: {f.name}={value!r} must be a number (or an array "
-                    f"of numbers) in {interval}"
-                ) from None
-            if extremes is None:
-                continue
-            lo, hi, nan = extremes
-            if nan or not ((lo > low if open_low else lo >= low) and hi <= high):
-                raise ValueError(
-                    f"{params_name(params)}: {f.name}={value!r} is "
-                    f"{'NaN' if nan else 'out of range'}, expected values in {interval}"
-                )
+        _check_bounded(params, f, value, leaves)
     if hasattr(params, "check_values") and not any(
         isinstance(v, jax.core.Tracer) for v in jax.tree.leaves(params)
     ):

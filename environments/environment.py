@@ -10,7 +10,13 @@ arguments). Everything that changes or may be randomised lives in two immutable 
     transition(key, state, action, params) -> (EnvState, reward, terminated)
     get_obs(state, params, key) -> observation
 
-plus `observation_space(params)` / `action_space(params)`. `EnvState` and `EnvParams` below
+plus `observation_space(params)` / `action_space(params)`. A subclass written to gymnax's
+contract instead, with its own raw `reset_env(key, params) -> (obs, state)` and
+`step_env(key, state, action, params) -> (obs, state, reward, terminated, info)` (it counts
+`time` itself), is adapted when the class is created: those two become the bodies behind
+popeval's public methods, so it gets the same `reset` / `step`, time limit, `info`,
+`state_space` and eager dispatch as one written the first way. `Environment[S, P]` names the
+state and params types, as gymnax's generic base does. `EnvState` and `EnvParams` below
 are bases a user-defined environment may subclass (every built-in one defines its own flax
 struct dataclasses with the same two fields). This base class adds, once for all
 environments, the public API:
@@ -27,8 +33,8 @@ functions built once per environment object (objects are immutable), so a Python
 costs one dispatch per call and gives exactly `jax.jit(env.step)`'s results; called inside
 `jit`/`vmap`/`scan` (traced arguments) they are traced inline.
 
-`done = terminated | truncated`; `truncated` is the time limit
-(`state.time >= params.max_steps_in_episode`, as gymnasium's `TimeLimit`);
+`done = terminated | truncated`; `truncated` is the time limit (`is_truncated`:
+`state.time >= params.max_steps_in_episode`, as gymnasium's `TimeLimit`);
 `info = {"terminated", "truncated", "discount"}` with `discount = 1 - terminated`.
 
 Out-of-range discrete actions: for a `Discrete(n)` action space, `step_env` (and so `step`)
@@ -45,7 +51,7 @@ Parameters are checked when built with `make` or `replace`, not inside `jit`/`vm
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -56,6 +62,9 @@ from . import spaces
 from .checks import bounded, params_dataclass
 
 __all__ = ["EnvParams", "EnvState", "Environment"]
+
+TEnvState = TypeVar("TEnvState")
+TEnvParams = TypeVar("TEnvParams")
 
 
 @struct.dataclass
@@ -97,7 +106,7 @@ def _tree_space(tree: Any) -> spaces.Dict:
     return spaces.Dict({name: _leaf_space(leaf) for name, leaf in spaces.as_mapping(tree).items()})
 
 
-class Environment:
+class Environment(Generic[TEnvState, TEnvParams]):
     """Base class of all popeval environments (pure functions over pytrees)."""
 
     #: Whether `transition`/`reset_state`/`get_obs` use their key during a step. Rollouts
@@ -114,12 +123,28 @@ class Environment:
     #: for environments whose limit is practical.
     default_rollout_steps: int | None = None
 
+    #: A gymnax-contract subclass's own raw `reset_env` / `step_env` (see `__init_subclass__`).
+    _gymnax_reset_env = None
+    _gymnax_step_env = None
+
+    def __init_subclass__(cls, **kwargs: Any):
+        """Adapts a subclass that defines gymnax's raw `reset_env` / `step_env`: they become
+        the bodies behind popeval's public `reset_env` / `step_env` (which add the parameter
+        defaults, the eager dispatch, the action rule, the time limit and `info`)."""
+        super().__init_subclass__(**kwargs)
+        for public, body in (("reset_env", "_gymnax_reset_env"), ("step_env", "_gymnax_step_env")):
+            if public in cls.__dict__:
+                setattr(cls, body, cls.__dict__[public])
+                delattr(cls, public)
+
     # ----------------------------------------------------------------- to implement
     @property
     def default_params(self) -> Any:
         raise NotImplementedError
 
     def reset_state(self, key: jax.Array, params: Any) -> Any:
+        if self._gymnax_reset_env is not None:
+            return self._gymnax_reset_env(key, params)[1]
         raise NotImplementedError
 
     def transition(self, key: jax.Array, state: Any, action: Any, params: Any):
@@ -134,6 +159,10 @@ class Environment:
 
     def action_space(self, params: Any = None) -> spaces.Space:
         raise NotImplementedError
+
+    def is_truncated(self, state: Any, params: Any) -> jax.Array:
+        """Whether `state` has reached the episode limit (the step that reaches it truncates)."""
+        return state.time >= params.max_steps_in_episode
 
     # ----------------------------------------------------------------- shared API
     @property
@@ -187,6 +216,21 @@ class Environment:
             )
         return params
 
+    def _check_state(self, state: Any) -> None:
+        """Refuses a state that is not this environment's (another environment's, `None`): its
+        pytree structure must be a reset state's. Runs at trace time (structure only)."""
+        cache = self.__dict__.setdefault("_jit_cache", {})
+        if "state structure" not in cache:
+            reset = jax.eval_shape(lambda k: self.reset_env(k, self.default_params)[1], jax.random.key(0))
+            cache["state structure"] = jax.tree.structure(reset), type(reset)
+        structure, cls = cache["state structure"]
+        given = jax.tree.structure(state)
+        if given != structure:
+            name = lambda c: f"{c.__module__}.{c.__qualname__}"  # noqa: E731
+            got = "None" if state is None else f"a {name(type(state))} with {given.num_leaves} leaves"
+            raise TypeError(f"{self.name}: state is {got}, expected this environment's {name(cls)} with "
+                            f"{structure.num_leaves} leaves (what its reset or step returned)")
+
     def reset_env(self, key: jax.Array, params: Any = None):
         """Raw reset: `(obs, state)` of a fresh episode."""
         params = self._params(params)
@@ -197,6 +241,7 @@ class Environment:
     def step_env(self, key: jax.Array, state: Any, action: Any, params: Any = None):
         """Raw step without auto-reset: `(obs, state, reward, done, info)`."""
         params = self._params(params)
+        self._check_state(state)
         if not _traced((key, state, action, params)):
             return self._jitted("_step_env")(key, state, action, params)
         return self._step_env(key, state, action, params)
@@ -212,12 +257,15 @@ class Environment:
         `info["final_observation"]` is its last observation (`obs` is then the new episode's).
         """
         params = self._params(params)
+        self._check_state(state)
         if not _traced((key, state, action, params)):
             return self._jitted("_step")(key, state, action, params)
         return self._step(key, state, action, params)
 
     # ----------------------------------------------------------------- traced bodies
     def _reset_env(self, key: jax.Array, params: Any):
+        if self._gymnax_reset_env is not None:
+            return self._gymnax_reset_env(key, params)
         state = self.reset_state(key, params)
         return self.get_obs(state, params, key), state
 
@@ -226,18 +274,21 @@ class Environment:
         action = space.check_action(action, self.name)
         if self.clip_discrete_actions and isinstance(space, spaces.Discrete):
             action = jnp.clip(action, 0, space.n - 1)  # the documented out-of-range rule
-        next_state, reward, terminated = self.transition(key, state, action, params)
-        next_state = next_state.replace(time=state.time + 1)
+        if self._gymnax_step_env is not None:
+            obs, next_state, reward, terminated, info = self._gymnax_step_env(key, state, action, params)
+        else:
+            next_state, reward, terminated = self.transition(key, state, action, params)
+            next_state = next_state.replace(time=state.time + 1)
+            obs, info = self.get_obs(next_state, params, key), {}
         terminated = jnp.asarray(terminated, dtype=jnp.bool_)
-        truncated = next_state.time >= params.max_steps_in_episode
-        done = terminated | truncated
+        truncated = jnp.asarray(self.is_truncated(next_state, params), dtype=jnp.bool_)
         info = {
+            **info,
             "terminated": terminated,
             "truncated": truncated,
             "discount": 1.0 - terminated.astype(jnp.float32),
         }
-        obs = self.get_obs(next_state, params, key)
-        return obs, next_state, jnp.asarray(reward, jnp.float32), done, info
+        return obs, next_state, jnp.asarray(reward, jnp.float32), terminated | truncated, info
 
     def _step(self, key: jax.Array, state: Any, action: Any, params: Any):
         key_step, key_reset = jax.random.split(key)

@@ -79,15 +79,17 @@ def register(env_id: str, factory: Callable[..., Environment]) -> None:
 
     Args:
         env_id: a new id, e.g. `"MyTask-v0"`.
-        factory: a callable (usually the `Environment` subclass) whose keyword arguments
-            are the shape-defining settings `make(env_id, **kwargs)` passes on.
+        factory: a callable (usually the `Environment` subclass) that `make` calls once per
+            call, with the keyword arguments it accepts (all of them if it takes `**kwargs`).
 
     Raises:
+        TypeError: `env_id` is not a string, or `factory` is not callable.
         ValueError: `env_id` is empty or already registered (ids are never replaced).
-        TypeError: `factory` is not callable.
     """
-    if not isinstance(env_id, str) or not env_id.strip():
-        raise ValueError(f"an environment id must be a non-empty string, got {env_id!r}")
+    if not isinstance(env_id, str):
+        raise TypeError(f"register: an environment id must be a string, got {type(env_id).__name__} {env_id!r}")
+    if not env_id.strip():
+        raise ValueError("register: an environment id must not be empty")
     if env_id in REGISTRY:
         raise ValueError(f"{env_id!r} is already registered (to {REGISTRY[env_id]!r}); pick another id")
     if not callable(factory):
@@ -121,43 +123,62 @@ def make(env_id: str, compat: str | None = None, **kwargs: Any) -> tuple[Environ
             see `popeval.environments.compat`); `None` for the reference implementation's.
         **kwargs: constructor arguments of the environment (shape-defining settings), or
             fields of its `EnvParams` to override in the returned default params
-            (e.g. `max_steps_in_episode=200`); they take precedence over the preset.
+            (e.g. `max_steps_in_episode=200`); they take precedence over the preset. A
+            factory that takes `**kwargs` receives every one of them; those that name
+            `EnvParams` fields (and no named argument of the factory) are also set on the
+            returned params.
 
     Returns:
         `(env, env_params)`.
 
     Raises:
+        TypeError: `env_id` is not a string, or the factory returned no environment.
         ValueError: unknown id (with the closest ids), unknown keyword argument, or an
             `EnvParams` value out of its allowed range (see `checks.py`).
     """
+    if not isinstance(env_id, str):
+        raise TypeError(f"make: an environment id must be a string, got {type(env_id).__name__} {env_id!r}")
     if env_id not in REGISTRY:
         close = close_matches(env_id, REGISTRY, n=3, cutoff=0.4)
         hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
         raise ValueError(
-            f"Unknown environment id {env_id!r}.{hint} Registered ids: {', '.join(REGISTRY)}"
+            f"Unknown environment id {env_id!r} (not in registered_envs).{hint} Registered ids: {', '.join(REGISTRY)}"
         )
     preset = compat_lib.preset(env_id, compat)
     if preset is not None:
         kwargs = {**preset.env_kwargs, **preset.params, **kwargs}
-    ctor = REGISTRY[env_id]
-    ctor_args = {
-        name
-        for name, p in inspect.signature(ctor).parameters.items()
-        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-    }
-    env_kwargs = {k: v for k, v in kwargs.items() if k in ctor_args}
-    env = ctor(**env_kwargs)
+    named, takes_any = _factory_arguments(REGISTRY[env_id])
+    env = _build(env_id, REGISTRY[env_id], kwargs if takes_any else {k: v for k, v in kwargs.items() if k in named})
     params = env.default_params
     param_fields = {f.name for f in dataclasses.fields(params)}
-    unknown = sorted(set(kwargs) - ctor_args - param_fields)
+    unknown = [] if takes_any else sorted(set(kwargs) - named - param_fields)
     if unknown:
         raise ValueError(
             f"{env_id}: unknown keyword argument(s) {', '.join(unknown)}. Constructor "
-            f"arguments: {sorted(ctor_args) or 'none'}; EnvParams fields: {sorted(param_fields)}"
+            f"arguments: {sorted(named) or 'none'}; EnvParams fields: {sorted(param_fields)}"
         )
-    overrides = {k: v for k, v in kwargs.items() if k in param_fields and k not in ctor_args}
+    overrides = {k: v for k, v in kwargs.items() if k in param_fields and k not in named}
     if overrides:
         params = params.replace(**overrides)
     if preset is not None:
         env = compat_lib.observation_view(env, preset)
     return env, params
+
+
+def _factory_arguments(factory: Callable) -> tuple[set[str], bool]:
+    """The keyword arguments `factory` names, and whether it also takes `**kwargs`."""
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: pass it everything
+        return set(), True
+    named = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return named, any(p.kind is p.VAR_KEYWORD for p in parameters)
+
+
+def _build(env_id: str, factory: Callable, kwargs: dict) -> Environment:
+    """`factory(**kwargs)`, checked to be an environment (popeval's, or gymnax's API)."""
+    env = factory(**kwargs)
+    if not all(hasattr(env, name) for name in ("reset", "step", "default_params")):
+        raise TypeError(f"make({env_id!r}): the registered factory must return a Gymnax Environment or a popeval "
+                        f"Environment (with reset, step and default_params), got {type(env).__name__}")
+    return env

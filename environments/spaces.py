@@ -1,4 +1,4 @@
-"""Jittable observation and action spaces: `Discrete`, `Box` and `Dict`.
+"""Jittable observation and action spaces: `Discrete`, `Box`, `Dict` and `Tuple`.
 
 Spaces are static descriptions (plain Python objects built from `EnvParams`); their
 `sample` and `contains` methods are pure JAX functions that can be jitted and vmapped.
@@ -8,14 +8,14 @@ action shape or dtype into a clear error instead of a silent broadcast.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["Space", "Discrete", "Box", "Dict", "Key", "as_mapping"]
+__all__ = ["Space", "Discrete", "Box", "Dict", "Tuple", "Key", "as_mapping"]
 
 
 def as_mapping(x: Any) -> Any:
@@ -113,9 +113,10 @@ class Box(Space):
                 raise ValueError(f"Box needs low <= high, got low={low}, high={high}")
 
     def __repr__(self) -> str:
+        if isinstance(self.low, jax.core.Tracer) or isinstance(self.high, jax.core.Tracer):
+            return f"Box(shape={self.shape}, dtype={self.dtype.name})"  # bounds known only when run
+
         def fmt(x):
-            if isinstance(x, jax.core.Tracer):
-                return "traced"
             u = np.unique(np.asarray(x))
             return f"{u[0]:g}" if u.size == 1 else "[" + ", ".join(f"{v:g}" for v in np.asarray(x).ravel()) + "]"
 
@@ -148,10 +149,7 @@ class Box(Space):
         action = jnp.asarray(action)
         size = int(np.prod(self.shape))
         if action.shape != self.shape and not (action.size == size and action.ndim <= 1):
-            raise ValueError(
-                f"{env_name}: action has shape {action.shape}, expected {self} "
-                f"(shape {self.shape})"
-            )
+            raise ValueError(f"{env_name}: action has shape {action.shape}, expected {self}")
         if not (jnp.issubdtype(action.dtype, jnp.floating) or jnp.issubdtype(action.dtype, jnp.integer)):
             raise TypeError(f"{env_name}: action has dtype {action.dtype}, expected {self}")
         return action.reshape(self.shape).astype(self.dtype)
@@ -206,3 +204,37 @@ class Dict(Space):
         if not isinstance(action, Mapping) or set(action) != set(self.spaces):
             raise ValueError(f"{env_name}: action must be a dict with keys {sorted(self.spaces)}")
         return {k: s.check_action(action[k], env_name) for k, s in self.spaces.items()}
+
+
+class Tuple(Space):
+    """A fixed-length tuple of sub-spaces (gymnax's `Tuple`): values are tuples, one per space."""
+
+    def __init__(self, spaces: Sequence[Space]):
+        self.spaces = tuple(spaces)
+        self.shape = ()
+        self.dtype = None
+
+    def __repr__(self) -> str:
+        return "Tuple(" + ", ".join(repr(s) for s in self.spaces) + ")"
+
+    def __len__(self) -> int:
+        return len(self.spaces)
+
+    def sample(self, key: jax.Array) -> tuple:
+        keys = jax.random.split(key, len(self.spaces))
+        return tuple(s.sample(k) for s, k in zip(self.spaces, keys))
+
+    def contains(self, x: Any) -> jax.Array:
+        """Whether `x` is a tuple or list of this length whose items lie in their spaces."""
+        if not isinstance(x, (tuple, list)) or len(x) != len(self.spaces):
+            return jnp.asarray(False)
+        ok = jnp.asarray(True)
+        for s, item in zip(self.spaces, x):
+            ok = ok & s.contains(item)
+        return ok
+
+    def check_action(self, action: Any, env_name: str) -> tuple:
+        if not isinstance(action, (tuple, list)) or len(action) != len(self.spaces):
+            raise ValueError(f"{env_name}: action must be a tuple of {len(self.spaces)} values, one per space of "
+                             f"{self!r}")
+        return tuple(s.check_action(a, env_name) for s, a in zip(self.spaces, action))

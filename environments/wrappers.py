@@ -45,12 +45,12 @@ def to_gymnax_space(space: spaces.Space) -> Any:
     """The gymnax space (`gymnax.environments.spaces`) equal to a popeval space.
 
     Args:
-        space: a popeval `Discrete`, `Box` or `Dict` (nested `Dict`s convert recursively),
+        space: a popeval `Discrete`, `Box`, `Dict` or `Tuple` (nested ones convert recursively),
             or `Key`, which gymnax lacks and which is returned as it is (a state space's
             key field; it has the `sample` / `contains` gymnax's `Dict` calls).
 
     Returns:
-        gymnax's `Discrete`, `Box` or `Dict` with the same size, bounds, shape and dtype.
+        gymnax's `Discrete`, `Box`, `Dict` or `Tuple` with the same size, bounds, shape and dtype.
 
     Raises:
         ImportError: gymnax is not installed.
@@ -66,9 +66,11 @@ def to_gymnax_space(space: spaces.Space) -> Any:
         return gymnax_spaces.Box(_bound(space.low), _bound(space.high), space.shape, space.dtype)
     if isinstance(space, spaces.Dict):
         return gymnax_spaces.Dict({k: to_gymnax_space(v) for k, v in space.spaces.items()})
+    if isinstance(space, spaces.Tuple):
+        return gymnax_spaces.Tuple([to_gymnax_space(s) for s in space.spaces])
     if isinstance(space, spaces.Key):
         return space
-    raise TypeError(f"to_gymnax_space: {space!r} is not a popeval Discrete, Box, Dict or Key space")
+    raise TypeError(f"to_gymnax_space: {space!r} is not a popeval Discrete, Box, Dict, Tuple or Key space")
 
 
 def _bound(bound: jax.Array) -> Any:

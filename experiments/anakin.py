@@ -2,7 +2,7 @@
 environments and run on every device (`experiments/agents/anakin.py`).
 
     python experiments/anakin.py --config experiments/configs/anakin_catch.yaml \\
-        [--quick] [--anchor] [--run-dir DIR] [--wandb MODE] [key=value ...]
+        [--quick] [--anchor] [--run_dir DIR] [--wandb MODE] [--key=value ...]
 
 Prints COMPILATION / EXECUTION times and frames per second as the seed does, and writes
 `metrics.csv` (per compiled call: frames, return/mean, episodes, loss, fps), `curve.png`,
@@ -23,15 +23,22 @@ from popeval import sharding
 QUICK = ["num_calls=2", "iterations=5", "eval_episodes=8", "eval_max_steps=100"]
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_args(argv=None) -> tuple[argparse.Namespace, list[str]]:
+    """The options, and the config overrides (`--key=value`; the old `key=value` too)."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False,
+                                 epilog="config keys: --key=value in YAML syntax, e.g. --batch_size=256; the fields of "
+                                        "AnakinConfig (experiments/agents/anakin.py)")
     ap.add_argument("--config", default=None, help="YAML config (default: the AnakinConfig defaults)")
     ap.add_argument("--quick", action="store_true", help="a few seconds: CI mode")
     ap.add_argument("--anchor", action="store_true", help="also time the seed's own code, same sizes")
-    ap.add_argument("--run-dir", default=None, help="new or empty directory (default: runs/anakin-<config>-<time>)")
+    ap.add_argument("--run_dir", "--run-dir", default=None,
+                    help="new or empty directory (default: runs/anakin-<config>-<time>)")
     ap.add_argument("--wandb", default="auto", choices=("auto", "offline", "online", "disabled"))
-    ap.add_argument("overrides", nargs="*", help="config overrides key=value (YAML values)")
-    args = ap.parse_args(argv)
+    return ap.parse_known_args(argv)  # what it does not know: config overrides
+
+
+def main(argv=None) -> int:
+    args, overrides = parse_args(argv)
 
     message = sharding.use_all_cores()  # before JAX starts its backends
     if message:
@@ -41,7 +48,7 @@ def main(argv=None) -> int:
     from agents.anakin import AnakinConfig, train
     from agents.common import RunLogger, default_run_dir, load_config
 
-    config = load_config(AnakinConfig, args.config, (QUICK if args.quick else []) + args.overrides)
+    config = load_config(AnakinConfig, args.config, (QUICK if args.quick else []) + overrides)
     if args.anchor:
         try:
             import haiku  # noqa: F401

@@ -2,7 +2,7 @@
 (`experiments/agents/dqn.py`).
 
     python experiments/dqn.py --config experiments/configs/dqn_cartpole.yaml \\
-        [--quick] [--anchor] [--anchor-steps N] [--run-dir DIR] [--wandb MODE] [key=value ...]
+        [--quick] [--anchor] [--anchor_steps N] [--run_dir DIR] [--wandb MODE] [--key=value ...]
 
 Prints each seed's final mean greedy return over `eval_episodes` episodes, how many seeds
 reach `target_return` (and when seeds stopped learning: `stop_return`), compile / run /
@@ -11,7 +11,7 @@ evaluation seconds and environment steps per second, and writes `config.json`, `
 train/episode_return), `curve.png` and `result.json` into the run directory. `--anchor` also
 times seed 002's per-step Python loop (gymnasium, a deque, `random.sample`, one jitted update
 per step: `agents.dqn_seed`, needs gymnasium) with the same config for
-`--anchor-steps` steps of one seed, and the compiled program with one seed over as many
+`--anchor_steps` steps of one seed, and the compiled program with one seed over as many
 steps, and prints the ratios of steps per second. `--quick`: two seeds, 6,000 steps (CI;
 seconds of training after ~10 s of compilation).
 """
@@ -27,22 +27,29 @@ from pathlib import Path
 QUICK = ["num_seeds=2", "total_steps=6000", "eval_every=2500", "curve_episodes=10", "eval_episodes=10"]
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_args(argv=None) -> tuple[argparse.Namespace, list[str]]:
+    """The options, and the config overrides (`--key=value`; the old `key=value` too)."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False,
+                                 epilog="config keys: --key=value in YAML syntax, e.g. --num_seeds=4; the fields of "
+                                        "DQNConfig (experiments/agents/dqn.py)")
     ap.add_argument("--config", default=None, help="YAML config (default: the DQNConfig defaults)")
     ap.add_argument("--quick", action="store_true", help="a few seconds: CI mode")
     ap.add_argument("--anchor", action="store_true", help="also time the seed's per-step Python loop")
-    ap.add_argument("--anchor-steps", type=int, default=None,
+    ap.add_argument("--anchor_steps", "--anchor-steps", type=int, default=None,
                     help="environment steps of the anchor (default 10000, --quick 1500)")
-    ap.add_argument("--run-dir", default=None, help="new or empty directory (default: runs/<config>-<time>)")
+    ap.add_argument("--run_dir", "--run-dir", default=None,
+                    help="new or empty directory (default: runs/<config>-<time>)")
     ap.add_argument("--wandb", default="auto", choices=("auto", "offline", "online", "disabled"))
-    ap.add_argument("overrides", nargs="*", help="config overrides key=value (YAML values)")
-    args = ap.parse_args(argv)
+    return ap.parse_known_args(argv)  # what it does not know: config overrides
+
+
+def main(argv=None) -> int:
+    args, overrides = parse_args(argv)
 
     from agents.common import RunLogger, default_run_dir, load_config
     from agents.dqn import DQNConfig, train
 
-    config = load_config(DQNConfig, args.config, (QUICK if args.quick else []) + args.overrides)
+    config = load_config(DQNConfig, args.config, (QUICK if args.quick else []) + overrides)
     if args.anchor:
         try:
             import gymnasium  # noqa: F401

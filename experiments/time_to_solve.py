@@ -7,7 +7,7 @@ Compares, each in a fresh Python process on the same machine:
     gymnax's `RolloutWrapper.population_rollout`, in the loop evosax's examples use.
 
     python experiments/time_to_solve.py [--repeats 1] [--out bench_results/time_to_solve.json]
-    python experiments/time_to_solve.py --compile-options [--repeats 2]   # XLA's default vs popeval's options
+    python experiments/time_to_solve.py --compile_options [--repeats 2]   # XLA's default vs popeval's options
 
 Reported: wall seconds from process start until the process exits after reaching the target
 (so popeval's figure includes its final 64-episode evaluation and the PNG), generations, the
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--anchor", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--out", default="bench_results/time_to_solve.json")
-    ap.add_argument("--compile-options", action="store_true",
+    ap.add_argument("--compile_options", "--compile-options", action="store_true",
                     help="instead: CartPole's generation program at XLA's default options and at popeval's")
     args = ap.parse_args(argv)
     if args.anchor:

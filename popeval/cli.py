@@ -3,16 +3,18 @@
     popeval evolve --config experiments/configs/cartpole.yaml [--run_dir RUN] [--key=value ...]
     popeval evolve --resume RUN_DIR [--num_generations=N]
     popeval evolve ... --coordinator_address=HOST:PORT --num_processes=N --process_id=I
-    popeval launch --processes N [--devices-per-process K] -- evolve ...
-    popeval eval RUN_DIR [--episodes 64] [--which best|mean] [--num_env_steps=N --env_kwargs={...}]
+    popeval launch --processes N [--devices_per_process K] -- evolve ...
+    popeval eval RUN_DIR [--episodes=64 --seed=S | --episodes_from_run] [--which best|mean]
+                 [--num_env_steps=N --env_kwargs={...}]
     popeval list-envs
     popeval bench [--env ID] [--pop_size P] [--num_rollouts B] [--num_env_steps T] [--json FILE]
     popeval render RUN_DIR --out x.gif
 
 This is the application layer, and the only place that changes process-wide state: it keeps
 compiled programs in a persistent cache (`POPEVAL_CACHE_DIR`, see
-`_use_compilation_cache`), silences W&B's console output (`WANDB_SILENT`, unless set) and
-skips the interpreter's teardown (`run`). It imports `popeval.strategies` lazily.
+`_use_compilation_cache`), silences W&B's console output (`WANDB_SILENT`, unless set) and the
+INFO lines of JAX and matplotlib (`_QUIET_LOGGERS`), and skips the interpreter's teardown
+(`run`). It imports `popeval.strategies` lazily.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 __all__ = ["main"]
@@ -36,6 +40,26 @@ def _config_keys(help_asked: bool) -> str | None:
 
     return ("config keys (in the YAML file, or --key=value in YAML syntax, e.g. --pop_size=128 "
             "'--strategy_kwargs={learning_rate: 0.03}'):\n" + describe_fields())
+
+
+#: `popeval eval`'s fresh episodes by default: how many, and their seed.
+EVAL_EPISODES, EVAL_SEED = 64, 12345
+
+
+_METAVARS = {"num_env_steps": "N", "env_kwargs": "{...}"}
+
+
+def _eval_keys(help_asked: bool) -> str | None:
+    """`eval`'s and `render`'s help on the config keys they take (`EVAL_OVERRIDES`)."""
+    if not help_asked:
+        return None
+    from popeval.strategies.config import FIELD_HELP
+    from popeval.strategies.run_dir import EVAL_OVERRIDES
+
+    flags = {k: f"--{k}={_METAVARS.get(k, 'VALUE')}" for k in EVAL_OVERRIDES}
+    return ("how the policy plays (config keys, --key=value in YAML syntax; default: the run's own; "
+            "--num_env_steps=20000 plays past the training episode cap):\n"
+            + "\n".join(f"  {flag:<22}{FIELD_HELP[k]}" for k, flag in flags.items()))
 
 
 def _parser(help_asked: bool = False) -> argparse.ArgumentParser:
@@ -60,12 +84,20 @@ def _parser(help_asked: bool = False) -> argparse.ArgumentParser:
     d.add_argument("--process_id", "--process-id", type=int, metavar="I", help="this process, in [0, N)")
     d.add_argument("--distributed_timeout", "--distributed-timeout", type=float, default=300.0, metavar="S",
                    help="seconds to wait for the coordinator and the other processes (default 300)")
-    v = sub.add_parser("eval", help="returns of a saved controller", parents=[common])
+    d.add_argument("--distributed_heartbeat", "--distributed-heartbeat", type=float, default=100.0, metavar="S",
+                   help="seconds after which a process that stopped answering is declared dead; JAX then "
+                        "ends the others (default 100)")
+    v = sub.add_parser("eval", help="returns of a saved controller", parents=[common],
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_eval_keys(help_asked))
     v.add_argument("run_dir")
-    v.add_argument("--episodes", type=int, default=64)
+    v.add_argument("--episodes", type=int, default=None, metavar="N",
+                   help=f"play N fresh episodes, ones the run never played (default {EVAL_EPISODES})")
+    v.add_argument("--seed", type=int, default=None, help=f"the fresh episodes' seed (default {EVAL_SEED})")
+    v.add_argument("--episodes_from_run", "--episodes-from-run", action="store_true",
+                   help="replay the run's own final evaluation (its eval_episodes episodes) instead: "
+                        "reproduces result.json's mean_policy_return or best_policy_return")
     v.add_argument("--which", choices=["best", "mean"], default=None,
                    help="the policy (default: mean for distribution-based strategies, else best)")
-    v.add_argument("--seed", type=int, default=12345)
     x = sub.add_parser("export", help="a run's controller alone (mean and best policies, config, result, metrics)",
                        parents=[common])
     x.add_argument("run_dir")
@@ -83,7 +115,8 @@ def _parser(help_asked: bool = False) -> argparse.ArgumentParser:
     b.add_argument("--hidden", type=int, default=32, help="units in each of the MLP's two hidden layers (default 32)")
     b.add_argument("--repeats", type=int, default=3, help="timed calls after the compiling one (default 3)")
     b.add_argument("--json", default=None, metavar="FILE", help="also write the result as JSON")
-    r = sub.add_parser("render", help="GIF of a saved controller", parents=[common])
+    r = sub.add_parser("render", help="GIF of a saved controller", parents=[common],
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_eval_keys(help_asked))
     r.add_argument("run_dir")
     r.add_argument("--out", default=None)
     r.add_argument("--which", choices=["best", "mean"], default=None,
@@ -92,15 +125,44 @@ def _parser(help_asked: bool = False) -> argparse.ArgumentParser:
     return p
 
 
+#: Libraries whose INFO lines are noise on the command line (JAX's backend probing, e.g. for a
+#: TPU; matplotlib's "generated new fontManager"): warnings and errors still show.
+_QUIET_LOGGERS = ("jax", "jaxlib", "matplotlib", "absl")
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Runs one `popeval` command; returns its exit code. Ctrl-C, also while JAX is still being
+    imported, ends it with one line (exit code 130)."""
     argv = sys.argv[1:] if argv is None else argv
+    try:
+        return _main(argv)
+    except KeyboardInterrupt as e:
+        command = next((a for a in argv if a in _COMMANDS or a == "launch"), None)
+        print(f"popeval{f' {command}' if command else ''}: {_interrupted(e)}", file=sys.stderr)
+        return 130
+
+
+def _interrupted(e: KeyboardInterrupt) -> str:
+    """What Ctrl-C stopped, in one line. A second Ctrl-C while a run was stopping (saving its
+    checkpoint, closing its sinks) is raised with the first one (`RunInterrupted`) as context."""
+    first = e.__context__
+    while first is not None and not (isinstance(first, KeyboardInterrupt) and hasattr(first, "run_dir")):
+        first = first.__context__
+    if first is not None:
+        return (f"interrupted again while stopping, so it stopped at once; {first.run_dir} keeps its last "
+                f"complete checkpoint; resume with popeval evolve --resume {first.run_dir}")
+    return " ".join(str(e).split()) or "interrupted"
+
+
+def _main(argv: list[str]) -> int:
     if argv[:1] == ["launch"]:  # no JAX in the launcher: its processes run their own
         from popeval import launch
 
         return launch.main(argv[1:])
     args, extra = _parser("-h" in argv or "--help" in argv).parse_known_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    logging.getLogger("jax").setLevel(logging.WARNING)
+    for name in _QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
     if getattr(args, "process_id", None):  # process 0 of a multi-process run speaks for it
         log.setLevel(logging.ERROR)
     if args.command in ("evolve", "eval", "render"):
@@ -111,9 +173,6 @@ def main(argv: list[str] | None = None) -> int:
         if extra and args.command not in ("evolve", "eval", "render"):
             raise ValueError(f"unrecognised arguments: {' '.join(extra)}")
         return _COMMANDS[args.command](args, extra)
-    except KeyboardInterrupt as e:  # strategies.evolve.RunInterrupted says what was saved
-        print(f"popeval {args.command}: {e or 'interrupted'}", file=sys.stderr)
-        return 130
     except Exception as e:  # noqa: BLE001 - one line for the user; --debug for the traceback
         if getattr(args, "debug", False):
             raise
@@ -126,9 +185,11 @@ def _one_line(e: BaseException) -> str:
     if isinstance(e, OSError) and e.strerror:
         where = f": {e.filename}" if e.filename else ""
         return f"{e.strerror}{where}"
-    text = " ".join(str(e).split()) or type(e).__name__
+    text = " ".join(str(e).split())
     if isinstance(e, MemoryError) or "RESOURCE_EXHAUSTED" in text or "Out of memory" in text:
-        return f"out of memory ({text[:300]}); try a smaller pop_size or num_rollouts"
+        return f"out of memory{f' ({text[:300]})' if text else ''}; try a smaller pop_size or num_rollouts"
+    if not text:  # `raise SomeError()`: its name is all there is to say
+        return f"{type(e).__name__}, without a message (--debug shows the traceback)"
     if isinstance(e, (ValueError, TypeError, FileNotFoundError, KeyError)):
         return text
     return f"{type(e).__name__}: {text[:500]} (--debug shows the traceback)"
@@ -147,13 +208,43 @@ def run() -> None:
     if code == 0 and "jax" in sys.modules:
         from popeval import distributed
 
-        distributed.finish()  # a multi-process run: wait for the others (process 0 hosts the coordinator)
+        try:
+            distributed.finish()  # a multi-process run: wait for the others (process 0 hosts the coordinator)
+        except KeyboardInterrupt:
+            print("popeval: interrupted while waiting for the run's other processes to finish", file=sys.stderr)
+            code = 130
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the last line is said; what is left is bounded
     if "wandb" in sys.modules:
-        sys.modules["wandb"].teardown()
+        _teardown_wandb()  # bounded; skipped when a W&B run's close gave up already
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _teardown_wandb() -> None:
+    """Stops W&B's service, waiting no longer than a W&B run's close does
+    (`POPEVAL_WANDB_CLOSE_TIMEOUT`), and not at all once a close gave up: a hung service must
+    not hold up the exit."""
+    from popeval.sinks.weights_and_biases import CLOSE_TIMEOUT, close_timeout_from_env, gave_up
+
+    if gave_up.is_set():
+        return
+    try:
+        timeout = close_timeout_from_env()
+    except ValueError:
+        timeout = CLOSE_TIMEOUT
+    teardown = sys.modules["wandb"].teardown
+
+    def quietly():
+        try:
+            teardown()
+        except Exception:  # noqa: BLE001 - the process is exiting; W&B's files are closed or lost
+            pass
+
+    thread = threading.Thread(target=quietly, name="popeval-wandb-teardown", daemon=True)
+    thread.start()
+    thread.join(timeout)
 
 
 def _use_compilation_cache() -> str | None:
@@ -179,7 +270,7 @@ def _evolve(args, extra) -> int:
 
     # Before anything starts a JAX backend (importing the strategies does).
     joined = distributed.initialize(args.coordinator_address, args.num_processes, args.process_id,
-                                    timeout=args.distributed_timeout)
+                                    timeout=args.distributed_timeout, heartbeat=args.distributed_heartbeat)
     if joined and distributed.process_index() == 0:
         log.info(joined)
     from popeval.strategies import RunOptions, evolve, load_config, parse_overrides
@@ -189,7 +280,8 @@ def _evolve(args, extra) -> int:
     options = RunOptions(run_dir=args.run_dir, resume=args.resume, wandb=args.wandb,
                          wandb_project=args.wandb_project, progress=False if args.quiet else None,
                          coordinator_address=args.coordinator_address, num_processes=args.num_processes,
-                         process_id=args.process_id, distributed_timeout=args.distributed_timeout)
+                         process_id=args.process_id, distributed_timeout=args.distributed_timeout,
+                         distributed_heartbeat=args.distributed_heartbeat)
     if args.resume and not args.config:
         # Process 0 reads the run directory and tells the others (which need not see it).
         config = read_config(args.resume, parse_overrides(extra)) if distributed.process_index() == 0 else None
@@ -208,22 +300,64 @@ def _evolve(args, extra) -> int:
 
 
 def _eval(args, extra) -> int:
+    """Plays the saved policy on fresh episodes, or with `--episodes_from_run` replays the run's
+    final evaluation, and prints the returns' statistics as JSON."""
+    import numpy as np
+
+    returns, which, episodes_from = (_run_episodes if args.episodes_from_run else _fresh_episodes)(args, extra)
+    # numpy's float32 mean, as the run's summary takes it: the same figure to the last bit.
+    out = {"run_dir": args.run_dir, "policy": which, "episodes": len(returns), "episodes_from": episodes_from,
+           "mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
+           "min_return": float(np.min(returns)), "max_return": float(np.max(returns))}
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+def _fresh_episodes(args, extra):
+    """`args.episodes` episodes from `args.seed`'s key, which no run's streams use."""
     import jax
-    import jax.numpy as jnp
+    import numpy as np
 
     from popeval.strategies import load_policy
 
-    if args.episodes < 1:
-        raise ValueError(f"--episodes must be >= 1, got {args.episodes}")
+    episodes = EVAL_EPISODES if args.episodes is None else args.episodes
+    seed = EVAL_SEED if args.seed is None else args.seed
+    if episodes < 1:
+        raise ValueError(f"--episodes must be >= 1, got {episodes}")
     run, params, obs_stats, which = load_policy(args.run_dir, args.which, extra)
-    keys = jax.random.split(jax.random.key(args.seed), args.episodes)
+    log.info("playing the %s policy on %d fresh episodes (--seed %d), not the run's: --episodes_from_run "
+             "replays its final evaluation", which, episodes, seed)
+    keys = jax.random.split(jax.random.key(seed), episodes)
     result = run.manager.population_fitness(keys, jax.tree.map(lambda x: x[None], params), obs_stats=obs_stats)
-    returns = result.returns[0]
-    out = {"run_dir": args.run_dir, "policy": which, "episodes": args.episodes,
-           "mean_return": float(jnp.mean(returns)), "std_return": float(jnp.std(returns)),
-           "min_return": float(jnp.min(returns)), "max_return": float(jnp.max(returns))}
-    print(json.dumps(out, indent=2))
-    return 0
+    return np.asarray(result.returns[0]), which, "fresh"
+
+
+def _run_episodes(args, extra):
+    """The run's final evaluation again: its program, its episodes, the mean and best policies
+    as rows 0 and 1 (`strategies.programs.policies_eval_fn`)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from popeval import compiler
+    from popeval import keys as keys_lib
+    from popeval.strategies import load_policy, parse_overrides
+    from popeval.strategies.programs import policies_eval_fn
+    from popeval.strategies.run_dir import read_config
+
+    if args.episodes is not None or args.seed is not None:
+        raise ValueError("--episodes_from_run plays the run's own episodes (its config's eval_episodes "
+                         "and seed); drop --episodes and --seed")
+    (run, mean, obs_stats, _), best = load_policy(args.run_dir, "mean", extra), load_policy(args.run_dir, "best", extra)
+    config = read_config(args.run_dir, parse_overrides(extra))
+    which = "mean" if args.which is None else args.which
+    same = f"as in result.json's {which}_policy_return" if not extra else f"played with {' '.join(extra)}"
+    log.info("replaying the run's final evaluation of the %s policy: its %d episodes (seed %d), %s",
+             which, config.eval_episodes, config.seed, same)
+    both = jax.tree.map(lambda m, b: jnp.stack([m, b]), mean, best.params)
+    returns = compiler.jit(policies_eval_fn(run, config))(both, obs_stats, np.int32(config.seed),
+                                                          np.int32(keys_lib.FINAL_EVALUATION))
+    return np.asarray(returns)[("mean", "best").index(which)], which, "run"
 
 
 def _export(args, extra) -> int:
@@ -251,13 +385,27 @@ def _bench(args, extra) -> int:
     return 0
 
 
+def _gif_path(run_dir: str, out: str | None) -> str:
+    """Where `render` writes: `--out` (a file ending in .gif), else RUN/policy.gif; checked
+    before the episode is computed."""
+    if out is None:
+        return str(Path(run_dir) / "policy.gif")
+    if Path(out).is_dir() or out.endswith(("/", os.sep)):
+        raise ValueError(f"--out {out}: a directory; give a file name ending in .gif "
+                         f"(e.g. --out {Path(out) / 'policy.gif'})")
+    if Path(out).suffix.lower() != ".gif":
+        raise ValueError(f"--out {out}: render writes GIFs; the allowed extension is .gif, got "
+                         f"{Path(out).suffix or 'none'!r}")
+    return out
+
+
 def _render(args, extra) -> int:
     from popeval import visualize
     from popeval.strategies import load_policy
 
+    out = _gif_path(args.run_dir, args.out)
     run, params, obs_stats, which = load_policy(args.run_dir, args.which, extra)
     log.info("drawing the %s policy of %s", which, args.run_dir)
-    out = args.out or str(Path(args.run_dir) / "policy.gif")
     frames = visualize.render_policy(run.manager, params, obs_stats=obs_stats, seed=args.seed)
     visualize.save_gif(frames, out)
     print(out)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import socket
 import time
@@ -66,8 +67,13 @@ def _check_arguments(coordinator_address: str | None, num_processes: int | None,
         raise ValueError(f"process_id must be in [0, {num_processes}), got {process_id!r}")
 
 
+#: Seconds without a heartbeat after which JAX declares a process dead (JAX's own default).
+HEARTBEAT_SECONDS = 100
+
+
 def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
-               process_id: int | None = None, *, timeout: float = 300) -> str | None:
+               process_id: int | None = None, *, timeout: float = 300,
+               heartbeat: float = HEARTBEAT_SECONDS) -> str | None:
     """Joins this process to a multi-process run (`jax.distributed.initialize`); returns a log
     line, or None when the run has one process.
 
@@ -81,6 +87,9 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
         process_id: this process's index in `[0, num_processes)`.
         timeout: seconds to wait for the coordinator and for every process to join; then it
             raises (or JAX ends the process) instead of waiting forever.
+        heartbeat: seconds after which a process that stopped answering (hung, or stopped
+            with SIGSTOP) is declared dead. JAX then ends the other processes itself, by
+            SIGABRT with its own log, not a Python error (docs/devices.md).
     """
     global _joined
     given = (coordinator_address, num_processes, process_id)
@@ -94,6 +103,8 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
         if num_processes == 1:
             return None
         key, cluster = given, None
+    if not heartbeat >= 1:
+        raise ValueError(f"the heartbeat timeout must be >= 1 second, got {heartbeat!r}")
     if _joined is not None:
         if _joined != key:
             raise RuntimeError(f"this process already joined a multi-process run {_joined}; it cannot join {key}")
@@ -104,12 +115,12 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
         logging.getLogger("popeval").info("coordinator %s: waiting up to %g s for %d processes to join",
                                           coordinator_address, timeout, num_processes)
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    limits = dict(initialization_timeout=int(timeout), heartbeat_timeout_seconds=math.ceil(heartbeat))
     try:
         if cluster is None:
-            jax.distributed.initialize(coordinator_address, num_processes, process_id,
-                                       initialization_timeout=int(timeout))
+            jax.distributed.initialize(coordinator_address, num_processes, process_id, **limits)
         else:
-            jax.distributed.initialize(initialization_timeout=int(timeout))
+            jax.distributed.initialize(**limits)
     except RuntimeError as e:
         if "before" in str(e):
             raise RuntimeError("a multi-process run must start before JAX runs anything in this process "

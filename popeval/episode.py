@@ -16,20 +16,22 @@ auto-reset): once an episode is done its rewards are masked to 0, `done` stays t
 end, so observations repeat the last one; the fitness path passes `freeze=False` (nothing
 is stored, the state after the end is never read). With observation normalisation the
 policy sees `normalize(obs_stats, obs)` and the carry collects this episode's statistics of
-the observations it acted on.
+the observations it acted on. Policy parameters are the policy's own, or a member of a
+low-rank population (`popeval.low_rank.Member`, its forward pass `low_rank.apply`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from functools import partial
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from popeval import keys as keys_lib
-from popeval import normalization
+from popeval import low_rank, normalization
 
 __all__ = ["Carry", "Episode", "reset_env"]
 
@@ -110,9 +112,12 @@ class Episode:
         if self.model_forward is None:
             return space.sample(key), policy_carry
         signature = "(params, obs, carry, key) -> (action, carry)" if self.recurrent else "(params, obs, key) -> action"
+        forward = self.model_forward
+        if isinstance(policy_params, low_rank.Member):  # a member of a low-rank population
+            forward = partial(low_rank.apply, forward)
         try:
-            out = (self.model_forward(policy_params, obs, policy_carry, key) if self.recurrent
-                   else self.model_forward(policy_params, obs, key))
+            out = (forward(policy_params, obs, policy_carry, key) if self.recurrent
+                   else forward(policy_params, obs, key))
         except TypeError as e:
             raise TypeError(f"popeval calls model_forward{signature} (a flax Module whose __call__ takes "
                             f"(obs, key), applied with .apply); calling it raised: {e}") from e

@@ -4,8 +4,8 @@
 
 starts `popeval evolve ... --coordinator_address=127.0.0.1:PORT --num_processes=2
 --process_id=I` for I = 0, 1 on this machine (a free port unless `--port`), each with
-`--devices-per-process` CPU devices (default 1). Process 0's output is streamed; the others'
-goes to `process-I.log` files (in `--log-dir`, default a new temporary directory), shown in
+`--devices_per_process` CPU devices (default 1). Process 0's output is streamed; the others'
+goes to `process-I.log` files (in `--log_dir`, default a new temporary directory), shown in
 part when a process fails. When one process fails, the launcher stops the others and exits
 with its code; Ctrl-C stops them all. It is for tests and demos of multi-process runs on one
 machine; on a cluster, the scheduler (SLURM, Open MPI) starts the processes.
@@ -114,7 +114,7 @@ def _check(command: list[str], processes: int, devices_per_process: int | None) 
     if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
         raise ValueError(f"--processes must be a positive integer, got {processes!r}")
     if devices_per_process is not None and devices_per_process < 1:
-        raise ValueError(f"--devices-per-process must be >= 1, got {devices_per_process}")
+        raise ValueError(f"--devices_per_process must be >= 1, got {devices_per_process}")
     if command[:1] != ["evolve"]:
         raise ValueError(f"popeval launch runs `popeval evolve ...` in several processes, got "
                          f"{command[:1] or 'nothing'} "
@@ -150,10 +150,10 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="popeval launch", description=__doc__.split("\n\n")[0],
                                 usage="popeval launch --processes N [options] -- evolve ...")
     p.add_argument("--processes", type=int, required=True, help="how many local processes")
-    p.add_argument("--devices-per-process", "--devices_per_process", type=int, default=1,
+    p.add_argument("--devices_per_process", "--devices-per-process", type=int, default=1,
                    help="CPU devices per process (JAX_NUM_CPU_DEVICES; default 1)")
     p.add_argument("--port", type=int, default=None, help="the coordinator's port (default: a free one)")
-    p.add_argument("--log-dir", "--log_dir", default=None, help="where processes 1.. log (default: a temp dir)")
+    p.add_argument("--log_dir", "--log-dir", default=None, help="where processes 1.. log (default: a temp dir)")
     args = p.parse_args(own)
     try:
         return launch(command, args.processes, devices_per_process=args.devices_per_process, port=args.port,

@@ -34,7 +34,13 @@ carries and step counts (each member carries its own step count).
 
 `varies` strings name, per argument, the levels it has an axis for, outermost first: `"PMB"`
 per episode (keys, carries), `"P"` per member (parameters), `"M"` per env-param set, `""`
-shared. Without an env-param batch (`meta=False`) the `M` level does not exist.
+shared. Without an env-param batch (`meta=False`) the `M` level does not exist. An argument's
+`varies` may also be a pytree of strings, a prefix of the argument's: the parameters of a
+low-rank population (`popeval.low_rank.MEMBER_VARIES`) have only their factors per member and
+their mean shared, so every episode of a chunk reads the same mean and `vmap` computes a
+layer's product with it for all of them at once; only per-member parts are padded, split
+into chunks and gathered (`params_varies`), and every width holds at least `SHARED_EPISODES`
+episodes (the product's rows).
 """
 
 from __future__ import annotations
@@ -84,12 +90,29 @@ def for_platform(platform: str) -> Layout:
     return CPU if platform == "cpu" else ACCELERATOR
 
 
-def over_episodes(fn: Callable, meta: bool, varies: tuple[str, ...]) -> Callable:
+def over_episodes(fn: Callable, meta: bool, varies: tuple[Any, ...]) -> Callable:
     """`fn` vmapped over the episode grid `(P, [M,] B)` (see the module docstring)."""
     levels = "PMB" if meta else "PB"
     for level in reversed(levels):
-        fn = jax.vmap(fn, in_axes=tuple(0 if level in v else None for v in varies))
+        fn = jax.vmap(fn, in_axes=tuple(jax.tree.map(lambda s, lv=level: 0 if lv in s else None, v) for v in varies))
     return fn
+
+
+def _per_member(fn: Callable, tree: Any, varies: Any) -> Any:
+    """`fn` on the leaves of `tree` that have a member axis (`"P"` in their `varies`, a prefix
+    of `tree`); the others as they are."""
+    return jax.tree.map(lambda v, sub: jax.tree.map(fn, sub) if "P" in v else sub, varies, tree)
+
+
+def _shared_parts(tree: Any, varies: Any) -> tuple[Any, Any]:
+    """`(per_member, shared)`: `tree` with the other part's subtrees as `None`."""
+    per = jax.tree.map(lambda v, sub: sub if "P" in v else None, varies, tree)
+    return per, jax.tree.map(lambda v, sub: None if "P" in v else sub, varies, tree)
+
+
+def _joined(varies: Any, per: Any, shared: Any) -> Any:
+    """`_shared_parts`' inverse."""
+    return jax.tree.map(lambda v, p, s: p if "P" in v else s, varies, per, shared)
 
 
 def episode_keys(keys, env_params, meta: bool):
@@ -102,46 +125,70 @@ def episode_keys(keys, env_params, meta: bool):
 
 
 def chunk_members(episodes_per_member: int, num_members: int | None = None,
-                  chunk_episodes: int | None = CHUNK_EPISODES) -> int:
+                  chunk_episodes: int | None = CHUNK_EPISODES, min_episodes: int = 0) -> int:
     """Members per chunk for `num_members` members with `episodes_per_member` episodes
     (`M x B`) each: `chunk_episodes // episodes_per_member`, or, for a smaller population,
     the power of two that holds it (so a small population is not padded to a full chunk,
     and population sizes share few chunk shapes). `chunk_episodes=None`: no cap, the power of
     two that holds all `num_members` (one chunk). Every width holds a multiple of `LANES`
-    episodes (3 episodes a member: 16 members at least)."""
+    episodes (3 episodes a member: 16 members at least), and at least `min_episodes`
+    (`SHARED_EPISODES` for a low-rank population)."""
     size = None if chunk_episodes is None else max(1, chunk_episodes // episodes_per_member)
     if num_members is not None and (size is None or num_members < size):
         size = 1 << max(0, num_members - 1).bit_length()
     elif size is None:
         raise ValueError("chunk_episodes=None (one chunk) needs num_members")
     unit = LANES // math.gcd(episodes_per_member, LANES)  # members whose episodes fill whole vectors
-    size = max(unit, size - size % unit)
-    if size // 2 >= MIN_WIDTH and (size // 2) % unit:  # the half width (`widths`) too
+    size = max(unit, size - size % unit, -(-min_members(episodes_per_member, min_episodes) // unit) * unit)
+    if size // 2 >= narrowest(episodes_per_member, min_episodes) and (size // 2) % unit:  # the half width too
         size = max(2 * unit, size - size % (2 * unit))
     return size
 
 
-def _chunked(keys, pop_params, layout: Layout):
+def min_members(episodes_per_member: int, min_episodes: int) -> int:
+    """The fewest members whose episodes make `min_episodes`."""
+    return -(-min_episodes // episodes_per_member)
+
+
+def narrowest(episodes_per_member: int, min_episodes: int = 0) -> int:
+    """The narrowest chunk width (members) the fitness path narrows down to (`widths`):
+    `MIN_WIDTH`, or more to hold `min_episodes`."""
+    return max(MIN_WIDTH, min_members(episodes_per_member, min_episodes))
+
+
+def _min_episodes(params_varies: Any) -> int:
+    """The episodes a chunk must hold: `SHARED_EPISODES` where parameters are shared by its
+    members (a low-rank population's mean, `params_varies`), else no minimum."""
+    return SHARED_EPISODES if any("P" not in v for v in jax.tree.leaves(params_varies)) else 0
+
+
+def _chunked(keys, pop_params, layout: Layout, params_varies: Any = "P"):
     """`(C, num_chunks, keys, pop_params)`: `C = chunk_members(...)` for the `(P, ...)` episodes
-    of `keys` (typed or raw), both padded to `num_chunks * C` members (repeating the last)."""
+    of `keys` (typed or raw), both padded to `num_chunks * C` members (repeating the last; of
+    `pop_params` the per-member parts, `params_varies`)."""
     num_members = keys.shape[0]
-    size = chunk_members(math.prod(keys_lib.key_batch_shape(keys)[1:]), num_members, layout.chunk_episodes)
+    size = chunk_members(math.prod(keys_lib.key_batch_shape(keys)[1:]), num_members, layout.chunk_episodes,
+                         _min_episodes(params_varies))
     num_chunks = -(-num_members // size)
     pad = num_chunks * size - num_members
     if pad:
-        keys, pop_params = jax.tree.map(lambda x: jnp.concatenate([x, jnp.repeat(x[-1:], pad, axis=0)]),
-                                        (keys, pop_params))
+        keys, pop_params = _per_member(lambda x: jnp.concatenate([x, jnp.repeat(x[-1:], pad, axis=0)]),
+                                       (keys, pop_params), ("P", params_varies))
     return size, num_chunks, keys, pop_params
 
 
-def trajectories(single: Callable, keys, pop_params, env_params, obs_stats, meta: bool, layout: Layout = CPU):
-    """`single(key, params, env_params, obs_stats)` over `(P, [M,] B)`, chunk by chunk."""
+def trajectories(single: Callable, keys, pop_params, env_params, obs_stats, meta: bool, layout: Layout = CPU,
+                 params_varies: Any = "P"):
+    """`single(key, params, env_params, obs_stats)` over `(P, [M,] B)`, chunk by chunk
+    (`params_varies`: which parts of `pop_params` have a member axis, see the module docstring)."""
     keys = episode_keys(keys, env_params, meta)
     num_members = keys.shape[0]
-    size, num_chunks, keys, pop_params = _chunked(keys, pop_params, layout)
-    fn = over_episodes(single, meta, ("PMB", "P", "M", ""))
+    size, num_chunks, keys, pop_params = _chunked(keys, pop_params, layout, params_varies)
+    fn = over_episodes(single, meta, ("PMB", params_varies, "M", ""))
     split = lambda x: x.reshape((num_chunks, size) + x.shape[1:])  # noqa: E731
-    out = jax.lax.map(lambda c: fn(c[0], c[1], env_params, obs_stats), jax.tree.map(split, (keys, pop_params)))
+    per, shared = _shared_parts(pop_params, params_varies)
+    out = jax.lax.map(lambda c: fn(c[0], _joined(params_varies, c[1], shared), env_params, obs_stats),
+                      jax.tree.map(split, (keys, per)))
     return jax.tree.map(lambda x: x.reshape((num_chunks * size,) + x.shape[2:])[:num_members], out)
 
 
@@ -156,11 +203,18 @@ def _running(alive: jax.Array) -> jax.Array:
 MIN_WIDTH = 8
 
 
-def widths(size: int, compaction: bool = True) -> tuple[int, ...]:
+#: The fewest episodes in a chunk of a low-rank population. Its layers multiply the shared mean
+#: with all of a chunk's episodes at once, and XLA:CPU rounds a row of a matrix product the same
+#: at every row count from 64 up but not below (another kernel): measured, checked by
+#: `tests/test_low_rank.py`.
+SHARED_EPISODES = 64
+
+
+def widths(size: int, compaction: bool = True, narrowest_width: int = MIN_WIDTH) -> tuple[int, ...]:
     """The chunk widths (members) the fitness path steps: `size`, and with compaction
-    `size // 2` (if at least `MIN_WIDTH`), so the last running members do not ride in a full
-    chunk. Each width compiles its own copy of the step, hence two."""
-    return (size, size // 2) if compaction and size // 2 >= MIN_WIDTH else (size,)
+    `size // 2` (if at least `narrowest_width`, `narrowest`), so the last running members do
+    not ride in a full chunk. Each width compiles its own copy of the step, hence two."""
+    return (size, size // 2) if compaction and size // 2 >= narrowest_width else (size,)
 
 
 class _Passes(NamedTuple):
@@ -169,7 +223,8 @@ class _Passes(NamedTuple):
 
     step: Callable  # one step of a chunk's episodes: `over_episodes` of `Episode.step`
     key_episode: Any  # (P', [M,] B) episode keys, P' = num_chunks * size
-    pop_params: Any  # (P', ...) the members' parameters
+    pop_params: Any  # (P', ...) the members' parameters (their per-member parts)
+    params_varies: Any  # which parts of `pop_params` have the member axis
     env_params: Any
     num_steps: int
     steps_per_check: int
@@ -180,12 +235,13 @@ class _Passes(NamedTuple):
 
 
 def fitness(episode: Episode, num_steps: int, keys, pop_params, env_params, obs_stats, meta: bool,
-            compaction: bool = True, layout: Layout = CPU) -> Carry:
-    """The final `(P, [M,] B)` carries, each episode stepped until done or `num_steps`."""
+            compaction: bool = True, layout: Layout = CPU, params_varies: Any = "P") -> Carry:
+    """The final `(P, [M,] B)` carries, each episode stepped until done or `num_steps`
+    (`params_varies`: which parts of `pop_params` have a member axis, see the module docstring)."""
     compaction = compaction and num_steps > 1  # one-step episodes cannot end early: no passes
     keys = episode_keys(keys, env_params, meta)
     num_members = keys.shape[0]
-    size, num_chunks, keys, pop_params = _chunked(keys, pop_params, layout)
+    size, num_chunks, keys, pop_params = _chunked(keys, pop_params, layout, params_varies)
     init = over_episodes(episode.init, meta, ("PMB", "M"))
     # Every member's reset in one vmap, not chunk by chunk: a `lax.map` of one chunk is inlined
     # and XLA:CPU contracted the reset's multiply-adds (Acrobot's uniform draws) differently
@@ -193,9 +249,11 @@ def fitness(episode: Episode, num_steps: int, keys, pop_params, env_params, obs_
     carry, key_episode = init(keys, env_params)
     padding = jnp.arange(num_chunks * size) >= num_members
     carry = carry._replace(alive=carry.alive & ~padding.reshape((-1,) + (1,) * (carry.alive.ndim - 1)))
-    step = over_episodes(partial(_step_unfrozen, episode, obs_stats), meta, ("P", "PMB", "PMB", "P", "M"))
-    passes = _Passes(step, key_episode, pop_params, env_params, num_steps, layout.steps_per_check, size,
-                     num_chunks, widths(size, compaction), compaction)
+    step = over_episodes(partial(_step_unfrozen, episode, obs_stats), meta, ("P", "PMB", "PMB", params_varies, "M"))
+    ladder = widths(size, compaction, narrowest(math.prod(keys_lib.key_batch_shape(keys)[1:]),
+                                                _min_episodes(params_varies)))
+    passes = _Passes(step, key_episode, pop_params, params_varies, env_params, num_steps, layout.steps_per_check,
+                     size, num_chunks, ladder, compaction)
     order = jnp.arange(num_chunks * size, dtype=jnp.int32)
     t = jnp.zeros(num_chunks * size, jnp.int32)
     _, _, carry = jax.lax.while_loop(lambda s: jnp.any(_live(passes, s[1], s[2])), partial(_one_pass, passes),
@@ -249,7 +307,8 @@ def _run_chunk(passes: _Passes, width: int, floor, i, state):
     order, t, carry = state
     idx = jax.lax.dynamic_slice_in_dim(order, i * width, width)
     take = lambda x: x[idx]  # noqa: E731
-    c_t, c_carry, c_keys, c_params = jax.tree.map(take, (t, carry, passes.key_episode, passes.pop_params))
+    c_t, c_carry, c_keys = jax.tree.map(take, (t, carry, passes.key_episode))
+    c_params = _per_member(take, passes.pop_params, passes.params_varies)  # the shared mean is read whole
 
     def cond(loop):
         return jnp.sum(_live(passes, *loop)) > floor

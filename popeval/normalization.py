@@ -13,9 +13,10 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
-__all__ = ["ObsStats", "init", "update", "merge", "merge_stacked", "normalize"]
+__all__ = ["ObsStats", "init", "check", "update", "merge", "merge_stacked", "normalize"]
 
 
 @struct.dataclass
@@ -37,6 +38,30 @@ def init(obs_shape: tuple[int, ...]) -> ObsStats:
     """Empty statistics (count 0) for observations of `obs_shape`."""
     zeros = jnp.zeros(obs_shape, jnp.float32)
     return ObsStats(count=jnp.zeros((), jnp.float32), mean=zeros, m2=zeros)
+
+
+def check(stats: Any, obs_shape: tuple[int, ...]) -> ObsStats:
+    """Returns `stats` if it is an `ObsStats` for observations of `obs_shape`; concrete
+    statistics (not traced) must also be finite with a count and `m2` >= 0.
+
+    Raises:
+        ValueError naming the expected structure, or the bad values.
+    """
+    expected = f"ObsStats(count (), mean {tuple(obs_shape)}, m2 {tuple(obs_shape)}) (normalization.init(obs_shape))"
+    if not isinstance(stats, ObsStats):
+        raise ValueError(f"obs_stats: expected {expected}, got {type(stats).__name__} {stats!r:.80}")
+    got = tuple(jnp.shape(x) for x in (stats.count, stats.mean, stats.m2))
+    if got != ((), tuple(obs_shape), tuple(obs_shape)):
+        raise ValueError(f"obs_stats: expected {expected}, got shapes count {got[0]}, mean {got[1]}, m2 {got[2]}")
+    if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(stats)):
+        return stats  # values are checked where they are concrete
+    count, mean, m2 = (np.asarray(x, np.float64) for x in (stats.count, stats.mean, stats.m2))
+    problems = [f"count {count:g}"] if not (np.isfinite(count) and count >= 0) else []
+    problems += ["a non-finite mean"] if not np.isfinite(mean).all() else []
+    problems += ["a non-finite or negative m2"] if not (np.isfinite(m2).all() and (m2 >= 0).all()) else []
+    if problems:
+        raise ValueError(f"obs_stats: {', '.join(problems)}; count and m2 must be finite and >= 0, mean finite")
+    return stats
 
 
 def _exact(x: jax.Array) -> jax.Array:

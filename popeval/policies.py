@@ -21,6 +21,7 @@ ES works on flat vectors: `ParamReshaper` converts between a parameter pytree an
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from typing import Any
 
@@ -74,6 +75,31 @@ def _as_float(obs: jax.Array) -> jax.Array:
     if obs.dtype == jnp.bool_:
         return jnp.where(obs, jnp.float32(1), jnp.float32(0))
     return obs.astype(jnp.float32)
+
+
+def _positive_ints(owner: str, name: str, sizes: Any) -> None:
+    values = sizes if isinstance(sizes, (tuple, list)) else (sizes,)
+    if not all(isinstance(n, numbers.Integral) and not isinstance(n, bool) and n >= 1 for n in values):
+        raise ValueError(f"{owner}: {name} must be {'positive integers' if values is sizes else 'an integer >= 1'}, "
+                         f"got {sizes!r}")
+
+
+def _check_policy(policy: nn.Module) -> None:
+    """Refuses settings that would fail deep inside flax or XLA (a layer of 0 units, say)."""
+    owner = type(policy).__name__
+    _positive_ints(owner, "num_outputs", policy.num_outputs)
+    for name in ("hidden_sizes", "conv_channels", "hidden_size"):
+        if hasattr(policy, name):
+            _positive_ints(owner, name, getattr(policy, name))
+    if policy.head not in HEADS:
+        raise ValueError(f"{owner}: head must be one of {list(HEADS)}, got {policy.head!r}")
+    activation = getattr(policy, "activation", "tanh")
+    if not isinstance(activation, str) or not callable(getattr(nn, activation, None)):
+        raise ValueError(f"{owner}: activation must name a flax.linen activation (tanh, relu, ...), "
+                         f"got {activation!r}")
+    std = policy.action_std
+    if std is not None and (isinstance(std, bool) or not isinstance(std, (int, float)) or not 0 < std < float("inf")):
+        raise ValueError(f"{owner}: action_std must be a finite number > 0 or None (learned), got {std!r}")
 
 
 class _ForEnv:
@@ -136,6 +162,10 @@ class MLPPolicy(nn.Module, _ForEnv):
     action_std: float | None = None  # a sampled Box head's scale (half-widths); None: learned
     obs_categories: int = 0  # > 0: the observation is a state index, one-hot encoded
 
+    def __post_init__(self):
+        _check_policy(self)
+        super().__post_init__()
+
     @nn.compact
     def __call__(self, obs: jax.Array, key: jax.Array | None = None) -> jax.Array:
         x = self._encode(obs)
@@ -159,6 +189,10 @@ class CNNPolicy(nn.Module, _ForEnv):
     head: str = "greedy"
     action_std: float | None = None
     obs_categories: int = 0
+
+    def __post_init__(self):
+        _check_policy(self)
+        super().__post_init__()
 
     @nn.compact
     def __call__(self, obs: jax.Array, key: jax.Array | None = None) -> jax.Array:
@@ -185,6 +219,10 @@ class LSTMPolicy(nn.Module, _ForEnv):
     head: str = "greedy"
     action_std: float | None = None
     obs_categories: int = 0
+
+    def __post_init__(self):
+        _check_policy(self)
+        super().__post_init__()
 
     @nn.compact
     def __call__(self, obs: jax.Array, carry: Any, key: jax.Array | None = None):

@@ -6,9 +6,10 @@
     ... = manager.population_rollout(keys, pop_params)   # P policies x B episodes
     result = manager.population_fitness(keys, pop_params)  # returns (P, B), no trajectories
 
-Axes. `P` is the population (leading axis of every leaf of `pop_params`), `M` the optional
-env-param batch (leading axis of every leaf of `env_params`, see below), `B` the episodes per
-member, `T = num_env_steps`. Trajectory outputs are `(P, [M,] B, T, ...)`, `cum_return` and
+Axes. `P` is the population (leading axis of every leaf of `pop_params`, or the members of a
+`popeval.low_rank.LowRankPopulation`: a shared mean and per-member low-rank factors), `M`
+the optional env-param batch (leading axis of every leaf of `env_params`, see below), `B` the
+episodes per member, `T = num_env_steps`. Trajectory outputs are `(P, [M,] B, T, ...)`, `cum_return` and
 the fitness path's `returns` / `lengths` are `(P, [M,] B)`.
 
 Episodes. Every path plays `popeval.episode.Episode` (keys from `popeval.keys`), so
@@ -29,17 +30,20 @@ member is evaluated on each set, with the same `B` episode keys for every set.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any, NamedTuple
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from popeval import compiler, layouts, normalization, sharding
+from popeval import compiler, layouts, low_rank, normalization, sharding
 from popeval import keys as keys_lib
 from popeval.environments import make
+from popeval.environments.checks import check_params
 from popeval.episode import Episode, reset_env
 
 __all__ = ["RolloutWrapper", "FitnessResult"]
@@ -68,6 +72,34 @@ def _leading_axis(tree: Any, what: str) -> int:
         raise ValueError(f"{what}: every leaf needs the same leading (population) axis P; got leaf shapes "
                          f"{shapes[:6]}{' ...' if len(shapes) > 6 else ''}")
     return sizes.pop()
+
+
+def _param_shapes(tree: Any, strip: int) -> dict:
+    """`{path: shape}` of a pytree's leaves, `strip` leading axes dropped."""
+    return {jax.tree_util.keystr(p, simple=True, separator="."): tuple(jnp.shape(x))[strip:]
+            for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+def _describe(shapes: dict) -> str:
+    """`{path: shape, ...}` (the first few), or `an array of shape S` for a bare array."""
+    if list(shapes) == [""]:
+        return f"an array of shape {shapes['']}"
+    items = [f"{k}: {v}" for k, v in list(shapes.items())[:6]]
+    return "{" + ", ".join(items) + (", ..." if len(shapes) > 6 else "") + "}"
+
+
+def _mismatch(expected: dict, given: dict) -> str:
+    """What differs between two `{path: shape}` maps, in a line."""
+    if expected.keys() != given.keys():
+        return f"expected {_describe(expected)}, got {_describe(given)}"
+    diff = [f"{k} has shape {given[k]}, expected {v}" for k, v in expected.items() if given[k] != v]
+    return "; ".join(diff[:6]) + ("; ..." if len(diff) > 6 else "")
+
+
+def _concrete_params(env_params: Any) -> bool:
+    """Whether `env_params` are checkable popeval params (a dataclass of concrete values)."""
+    return dataclasses.is_dataclass(env_params) and not any(
+        isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(env_params))
 
 
 def _environment(env_name: str, env_kwargs: dict | None, env: Any) -> tuple[Any, str, Any]:
@@ -149,6 +181,8 @@ class RolloutWrapper:
         env, env_name, default_params = _environment(env_name, env_kwargs, env)
         if isinstance(env_params, dict):
             env_params = default_params.replace(**env_params)
+        elif env_params is not None and _concrete_params(env_params):
+            check_params(env_params)  # params built directly (`EnvParams(gravity=nan)`) skip `replace`'s check
         self.env = env
         self.env_name = env_name
         self.default_env_params = default_params
@@ -169,6 +203,7 @@ class RolloutWrapper:
 
         obs, _ = jax.eval_shape(partial(reset_env, env), jax.random.key(0), self.default_env_params)
         self.obs_shape = tuple(obs.shape)
+        self._param_spec: dict = {}  # {"spec": the policy's parameter shapes}, once `_policy_spec` knows them
         self.episode = Episode(env, model_forward, self.obs_shape, init_carry,
                                self.obs_normalization, env_name)
         self._build_programs()
@@ -202,14 +237,25 @@ class RolloutWrapper:
         raise ValueError("env_params: either no leaf or every leaf must carry one extra leading axis "
                          "(a batch of M parameter sets)")
 
-    def _population_rollout_fn(self, keys, pop_params, env_params, obs_stats):
-        meta = self._is_param_batch(env_params)
-        return layouts.trajectories(self._single_fn, keys, pop_params, env_params, obs_stats, meta, self.layout)
+    @staticmethod
+    def _members(pop_params, low_rank_shared):
+        """`(pop_params, params_varies)` for `popeval.layouts`: explicit parameters, or (with
+        `low_rank_shared`, `low_rank.split`'s second part) a low-rank population's members."""
+        if low_rank_shared is None:
+            return pop_params, "P"
+        return low_rank.members(pop_params, low_rank_shared), low_rank.MEMBER_VARIES
 
-    def _population_fitness_fn(self, keys, pop_params, env_params, obs_stats):
+    def _population_rollout_fn(self, keys, pop_params, env_params, obs_stats, low_rank_shared=None):
         meta = self._is_param_batch(env_params)
+        pop_params, varies = self._members(pop_params, low_rank_shared)
+        return layouts.trajectories(self._single_fn, keys, pop_params, env_params, obs_stats, meta, self.layout,
+                                    varies)
+
+    def _population_fitness_fn(self, keys, pop_params, env_params, obs_stats, low_rank_shared=None):
+        meta = self._is_param_batch(env_params)
+        pop_params, varies = self._members(pop_params, low_rank_shared)
         carry = layouts.fitness(self.episode, self.num_env_steps, keys, pop_params, _opaque(env_params),
-                                obs_stats, meta, self.compaction, self.layout)
+                                obs_stats, meta, self.compaction, self.layout, varies)
         stats = None
         if self.obs_normalization:
             members = carry.ret.shape[0]
@@ -219,13 +265,16 @@ class RolloutWrapper:
 
     # ------------------------------------------------------------ public API
     def _prepare(self, keys, pop_params, env_params, obs_stats, population: bool):
-        env_params = self.env_params if env_params is None else env_params
-        if self.obs_normalization and obs_stats is None:
-            obs_stats = normalization.init(self.obs_shape)
+        """Checks a call's arguments (host-side, before any program runs) and completes them."""
+        env_params = self._env_params(env_params)
+        obs_stats = self._obs_stats(obs_stats)
         if not population:
             return keys, env_params, obs_stats
-        num_members = _leading_axis(pop_params, "pop_params")
+        num_members = self._num_members(pop_params)
         batch = keys_lib.key_batch_shape(keys, "keys")
+        if num_members == 0 or 0 in batch:
+            raise ValueError(f"nothing to evaluate: pop_params has P={num_members} members and keys have shape "
+                             f"{batch} ((B,) or (P, B)); P and B must be >= 1")
         if len(batch) == 2:
             if batch[0] != num_members:
                 raise ValueError(
@@ -238,16 +287,76 @@ class RolloutWrapper:
         keys = keys_lib.member_keys(keys, jnp.arange(num_members), self.common_random_numbers)
         return keys, env_params, obs_stats
 
+    def _env_params(self, env_params):
+        """The call's env params: this wrapper's, or the given ones checked when concrete."""
+        if env_params is None:
+            return self.env_params
+        if type(env_params) is type(self.default_env_params) and _concrete_params(env_params):
+            check_params(env_params)  # NaN physics would give undefined episodes
+        return env_params
+
+    def _obs_stats(self, obs_stats):
+        """The call's observation statistics, checked against this wrapper's observations."""
+        if not self.obs_normalization:
+            if obs_stats is not None:
+                raise ValueError("obs_stats given, but this RolloutWrapper does not normalise observations "
+                                 "(build it with obs_normalization=True, or pass obs_stats=None)")
+            return None
+        if obs_stats is None:
+            return normalization.init(self.obs_shape)
+        return normalization.check(obs_stats, self.obs_shape)
+
+    def _policy_spec(self) -> Any:
+        """The parameter shapes of a popeval policy's `apply` on this environment, else None."""
+        if "spec" not in self._param_spec:
+            policy, spec = getattr(self.model_forward, "__self__", None), None
+            if hasattr(policy, "init_params"):
+                try:
+                    spec = jax.eval_shape(lambda k: policy.init_params(k, self.env, self.default_env_params),
+                                          jax.random.key(0))
+                except Exception:  # noqa: BLE001 - no template: the policy itself will say what is wrong
+                    spec = None
+            self._param_spec["spec"] = spec
+        return self._param_spec["spec"]
+
+    def _check_policy_params(self, params, what: str, population: bool) -> None:
+        """Refuses parameters that are not the policy's (a flat vector, another environment's
+        policy), naming the expected and the given shapes."""
+        spec = self._policy_spec()
+        if spec is not None:
+            expected, given = _param_shapes(spec, 0), _param_shapes(params, int(population))
+            if expected != given:
+                raise ValueError(f"{what} do not fit this policy on {self.env_name}"
+                                 f"{' (shapes per member)' if population else ''}: {_mismatch(expected, given)}")
+        elif isinstance(getattr(self.model_forward, "__self__", None), nn.Module) and not isinstance(params, Mapping):
+            raise ValueError(f"{what}: a flax Module's apply takes its variables ({{'params': ...}}), got "
+                             f"{_describe(_param_shapes(params, 0))}; ParamReshaper(params).unflatten_population "
+                             f"turns (P, num_dims) vectors into them")
+
+    def _num_members(self, pop_params) -> int:
+        """`P`, with the parameters checked against the policy (a low-rank population's mean)."""
+        if isinstance(pop_params, low_rank.LowRankPopulation):
+            self._check_policy_params(pop_params.mean, "LowRankPopulation.mean", population=False)
+            return pop_params.pop_size
+        num_members = _leading_axis(pop_params, "pop_params")
+        self._check_policy_params(pop_params, "pop_params", population=True)
+        return num_members
+
     def _run_parts(self, programs, keys, pop_params, env_params, obs_stats):
-        """`programs` (one device's, all devices') over the members, on CPUs in pieces on threads."""
+        """`programs` (one device's, all devices') over the members, on CPUs in pieces on threads
+        (of a low-rank population its per-member parts, the rest passed whole)."""
+        shared = None
+        if isinstance(pop_params, low_rank.LowRankPopulation):
+            pop_params, shared = low_rank.split(pop_params)
         sets = jax.tree.leaves(env_params)[0].shape[0] if self._is_param_batch(env_params) else 1
         members, episodes = keys_lib.key_batch_shape(keys)  # typed or raw keys
         parts = sharding.member_parts(self.devices, members, members * episodes * sets, self.threads)
 
         def run(part):  # a CPU piece of several devices: one device's program, the shared arguments there
             if len(self.devices) > 1 and sharding.on_one_device(part):
-                return programs[0](*part, *jax.device_put((env_params, obs_stats), jax.tree.leaves(part)[0].sharding))
-            return programs[int(len(self.devices) > 1)](*part, env_params, obs_stats)  # one device: never [1]
+                return programs[0](*part, *jax.device_put((env_params, obs_stats, shared),
+                                                          jax.tree.leaves(part)[0].sharding))
+            return programs[int(len(self.devices) > 1)](*part, env_params, obs_stats, shared)  # one device: never [1]
 
         return sharding.run_parts(run, sharding.split_members((keys, pop_params), self.devices, parts))
 
@@ -256,6 +365,7 @@ class RolloutWrapper:
         if keys_lib.key_batch_shape(key, "key") != ():
             raise ValueError("single_rollout takes one key; use batch_rollout for a batch")
         key, env_params, obs_stats = self._prepare(key, None, env_params, obs_stats, False)
+        self._check_policy_params(policy_params, "policy_params", population=False)
         return self._single_rollout(key, policy_params, env_params, obs_stats)
 
     def batch_rollout(self, keys, policy_params, env_params=None, obs_stats=None):
@@ -263,17 +373,22 @@ class RolloutWrapper:
         if len(keys_lib.key_batch_shape(keys, "keys")) != 1:
             raise ValueError("batch_rollout takes keys of shape (B,)")
         keys, env_params, obs_stats = self._prepare(keys, None, env_params, obs_stats, False)
+        self._check_policy_params(policy_params, "policy_params", population=False)
         return self._batch_rollout(keys, policy_params, env_params, obs_stats)
 
     def population_rollout(self, keys, pop_params, env_params=None, obs_stats=None):
-        """`P x B` episodes: outputs `(P, [M,] B, T, ...)`, `cum_return` `(P, [M,] B)`."""
+        """`P x B` episodes: outputs `(P, [M,] B, T, ...)`, `cum_return` `(P, [M,] B)`.
+        `pop_params`: the members' parameters stacked (member axis first), or a
+        `popeval.low_rank.LowRankPopulation`."""
         keys, env_params, obs_stats = self._prepare(keys, pop_params, env_params, obs_stats, True)
         return self._run_parts(self._population_rollout, keys, pop_params, env_params, obs_stats)
 
     def population_fitness(self, keys, pop_params, env_params=None, obs_stats=None) -> FitnessResult:
         """Returns and lengths `(P, [M,] B)` without materialising trajectories.
 
-        Memory does not grow with `T`; stepping stops once every episode is done.
+        Memory does not grow with `T`; stepping stops once every episode is done. `pop_params`:
+        the members' parameters stacked (member axis first), or a
+        `popeval.low_rank.LowRankPopulation` (its mean shared, its factors per member).
         """
         keys, env_params, obs_stats = self._prepare(keys, pop_params, env_params, obs_stats, True)
         return self._run_parts(self._population_fitness, keys, pop_params, env_params, obs_stats)
@@ -293,6 +408,8 @@ class RolloutWrapper:
             raise ValueError("this RolloutWrapper normalises observations; pass obs_stats")
         if keys_lib.key_batch_shape(key, "key") != ():
             raise ValueError("episode_states takes one key")
+        env_params, obs_stats = self._env_params(env_params), self._obs_stats(obs_stats)
+        self._check_policy_params(policy_params, "policy_params", population=False)
         if num_steps not in self._episode_states:
             def run(key, policy_params, env_params, obs_stats):
                 first, _, (_, _, reward, _, done, states) = self.episode.scan(
@@ -300,7 +417,6 @@ class RolloutWrapper:
                 return first, states, reward, done
 
             self._episode_states[num_steps] = compiler.jit(run)
-        env_params = self.env_params if env_params is None else env_params
         first, states, rewards, dones = jax.tree.map(
             np.asarray, self._episode_states[num_steps](key, policy_params, env_params, obs_stats))
         n = int(np.argmax(dones)) + 1 if dones.any() else num_steps

@@ -35,6 +35,51 @@ __all__ = ["check_types", "parse_overrides", "from_mapping", "load"]
 _YAML11_FLOAT = re.compile(r"[-+]?[0-9]+[eE][-+]?[0-9]+")
 
 
+class _DuplicateKey(yaml.YAMLError):
+    def __init__(self, key: Any, line: int):
+        super().__init__(f"key {key!r} appears twice (line {line})")
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a mapping that repeats a key (PyYAML keeps the last)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *base` merges keys that the mapping's own may override
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, typing.Hashable) and key in seen:
+                raise _DuplicateKey(key, key_node.start_mark.line + 1)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def _safe_load(text: str, where: str, what: str = "readable YAML") -> Any:
+    """`yaml.safe_load(text)` with duplicate keys refused and `{key:value}` caught, naming `where`."""
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no tags that run code
+    except _DuplicateKey as e:
+        raise ValueError(f"{where}: {e}") from None
+    except yaml.YAMLError as e:
+        raise ValueError(f"{where}: not {what} ({' '.join(str(e).split())[:200]})") from None
+    _check_flow_keys(data, where)
+    return data
+
+
+def _check_flow_keys(data: Any, where: str) -> None:
+    """Refuses `{learning_rate:0.1}`, which YAML reads as the key `"learning_rate:0.1"` with
+    no value: in a flow mapping a colon separates a key from its value only before a space."""
+    if not isinstance(data, dict):
+        return
+    for k, v in data.items():
+        if isinstance(k, str) and ":" in k and v is None:
+            name, _, value = k.partition(":")
+            raise ValueError(f"{where}: key {k!r} has no value; YAML needs a space after the colon "
+                             f"({{{name}: {value}}}, not {{{k}}})")
+        _check_flow_keys(v, where)
+
+
 def _coerce(cls: type, name: str, value: Any) -> Any:
     hint = typing.get_type_hints(cls)[name]
     origin, args = typing.get_origin(hint), typing.get_args(hint)
@@ -74,7 +119,7 @@ def parse_overrides(items: list[str]) -> dict:
         if "=" not in item:
             raise ValueError(f"override {item!r}: expected key=value")
         k, v = item.split("=", 1)
-        out[k.replace("-", "_")] = yaml.safe_load(v)
+        out[k.replace("-", "_")] = _safe_load(v, f"override {item!r}")
     return out
 
 
@@ -97,9 +142,10 @@ def load(cls: type, path: str | os.PathLike | None = None, overrides: list[str] 
     data: dict = {}
     if path is not None:
         try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
-        except (yaml.YAMLError, UnicodeDecodeError) as e:
-            raise ValueError(f"{path}: not a readable YAML config ({' '.join(str(e).split())[:200]})") from None
+            text = Path(path).read_text()
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{path}: not a readable YAML config ({e})") from None
+        data = _safe_load(text, str(path), "a readable YAML config") or {}
         if not isinstance(data, dict):
             raise ValueError(f"{path}: a config file holds a mapping of keys to values")
     data.update(overrides if isinstance(overrides, dict) else parse_overrides(overrides or []))

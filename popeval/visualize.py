@@ -10,12 +10,14 @@ step that ends it.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 
-from popeval.environments.rendering import render, save_gif
+from popeval.checkpoint import atomic_write
+from popeval.environments.rendering import encode_gif, image_format, render
 from popeval.environments.rendering.kit import caption
 
 __all__ = ["policy_episode", "render_policy", "save_gif"]
@@ -48,3 +50,13 @@ def render_policy(manager, params: Any, env_params: Any = None, obs_stats: Any =
         return frames
     returns = np.concatenate([[0.0], np.cumsum(rewards)])
     return [caption(f, f"{manager.env_name}  t={t}  R={returns[t]:.2f}") for t, f in enumerate(frames)]
+
+
+def save_gif(frames, path, fps: float = 30) -> Path:
+    """`popeval.environments.rendering.save_gif`, written atomically and never through a
+    symbolic link (`checkpoint.atomic_write`): what `popeval render` writes into a run directory."""
+    path = Path(path)
+    data = encode_gif(frames, fps, image_format(path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, data)
+    return path

@@ -11,6 +11,7 @@ needs. `RunOptions` is this run: where it writes, whether it resumes, W&B, progr
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import typing
 
@@ -82,6 +83,8 @@ class EvolveConfig:
             raise ValueError("num_rollouts and num_generations must be >= 1")
         _check_choice("policy", self.policy, POLICIES)
         _check_choice("head", self.head, HEADS)
+        if self.target is not None and not math.isfinite(self.target):
+            raise ValueError(f"target must be a finite number or null, got {self.target}")
         if self.action_std is not None and not self.action_std > 0:
             raise ValueError(f"action_std must be > 0 or null (learned), got {self.action_std}")
         if self.policy == "lstm" and len(self.hidden_sizes) != 1:
@@ -109,8 +112,10 @@ FIELD_HELP = {
     "head": ("greedy (argmax of logits; tanh to a Box's bounds) or sampled (categorical; Gaussian around the "
              "tanh mean), drawn from the episode's policy keys"),
     "action_std": "a sampled Box head's scale in half-widths of the bounds (null: a learned parameter)",
-    "strategy": "an evosax algorithm or alias (openai_es, cma_es, snes, pgpe, simple_ga, ...)",
-    "strategy_kwargs": "strategy settings, e.g. {learning_rate: 0.05, std_init: 0.1}",
+    "strategy": ("an evosax algorithm or alias (openai_es, cma_es, snes, pgpe, simple_ga, ...), or eggroll "
+                 "(low-rank perturbations, popeval.low_rank)"),
+    "strategy_kwargs": ("strategy settings, e.g. {learning_rate: 0.05, std_init: 0.1}; eggroll: rank (1), "
+                        "sigma (0.1), learning_rate (0.05), optimizer (adam), lr_decay, lr_min, member_chunk"),
     "fitness_shaping": "centered_rank, z_score or none",
     "pop_size": "population size",
     "num_rollouts": "episodes per member per generation",
@@ -120,7 +125,7 @@ FIELD_HELP = {
     "compaction": "gather members with running episodes into fewer chunks as others end (same results)",
     "sharded_sampling": ("each device samples only its own members and the update regenerates them from the key: "
                          "memory per device O(pop_size / devices x params), not O(pop_size x params) "
-                         "(openai_es, snes, pgpe; other random numbers than evosax's ask)"),
+                         "(openai_es, snes, pgpe; other random numbers than evosax's ask; eggroll always does)"),
     "seed": "the run's seed (int32)",
     "target": "population mean fitness that counts as solved (null: none)",
     "stop_at_target": "stop at the first generation that reaches the target",
@@ -162,6 +167,8 @@ class RunOptions:
             several. Only process 0 writes the run directory, logs and W&B.
         distributed_timeout: seconds a process waits for the coordinator and the others to
             join before it fails.
+        distributed_heartbeat: seconds after which a process that stopped answering is
+            declared dead and JAX ends the run's other processes (`distributed.initialize`).
     """
 
     run_dir: str | None = None
@@ -173,6 +180,7 @@ class RunOptions:
     num_processes: int | None = None
     process_id: int | None = None
     distributed_timeout: float = 300.0
+    distributed_heartbeat: float = 100.0
 
     def __post_init__(self):
         if self.wandb not in ("auto", "disabled", "offline", "online"):
@@ -181,6 +189,8 @@ class RunOptions:
             raise ValueError("pass either run_dir (a new run) or resume (an existing one), not both")
         if not self.distributed_timeout > 0:
             raise ValueError(f"distributed_timeout must be > 0 seconds, got {self.distributed_timeout!r}")
+        if not self.distributed_heartbeat >= 1:
+            raise ValueError(f"distributed_heartbeat must be >= 1 second, got {self.distributed_heartbeat!r}")
 
 
 def config_from_dict(data: dict) -> EvolveConfig:

@@ -12,12 +12,13 @@ devices between generations (`strategies.programs.generation_step`). Metrics go 
 checkpointed every `checkpoint_every` generations and when the run stops, for any reason;
 `RunOptions(resume=RUN)` continues exactly where it stopped.
 
-Start-up overlaps on two helper threads, owned by `_Startup` and joined before `evolve`
-returns or raises: while this thread initialises the state, one helper traces and compiles
-the generation program from shapes; the other starts the sinks (W&B's service, matplotlib's
-import) and then, once the generation program is traced (tracing is Python: one thread at a
-time), compiles the evaluation program. XLA compiles on every core, so on a small machine the
-overlap mainly hides Python and waiting.
+Start-up overlaps on two helper threads, owned by `_Startup`: while this thread initialises
+the state, one helper traces and compiles the generation program from shapes; the other
+starts the sinks (W&B's service, matplotlib's import) and then, once the generation program is
+traced (tracing is Python: one thread at a time), compiles the evaluation program. XLA
+compiles on every core, so on a small machine the overlap mainly hides Python and waiting.
+The helpers are joined before `evolve` returns or raises; after Ctrl-C only the sinks' start
+is, and a compilation is left to end with the process, so Ctrl-C stops a run at once.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -88,23 +90,35 @@ class _Startup:
 
     def wait_for_sinks(self) -> None:
         """Returns once every sink has started (raises what a sink's start raised)."""
-        self._sinks.result()
+        _result(self._sinks)
 
     @property
     def evaluate(self):
         """The compiled evaluation program."""
-        return self._evaluation.result()
+        return _result(self._evaluation)
 
-    def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+    def close(self, interrupted: bool = False) -> None:
+        """Joins the helper threads; after Ctrl-C only the sinks' start (closing a sink that is
+        still starting is unsafe), not the compilation, which ends with the process."""
+        self._pool.shutdown(wait=not interrupted, cancel_futures=True)
+        if interrupted and not self._sinks.cancelled():
+            _result(self._sinks, raising=False)
+
+
+def _result(future: Future, raising: bool = True):
+    """`future.result()`, waking every 0.1 s: Ctrl-C reaches a process on any of its threads,
+    and only a main thread that wakes runs Python's handler, which raises KeyboardInterrupt."""
+    while not futures.wait([future], timeout=0.1).done:
+        pass
+    return future.result() if raising else None
 
 
 class RunInterrupted(KeyboardInterrupt):
     """Ctrl-C stopped a run; its state up to `generation` is saved in `run_dir`."""
 
     def __init__(self, run_dir: Path, generation: int):
-        super().__init__(f"interrupted; saved generation {generation}; resume with "
-                         f"popeval evolve --resume {run_dir}")
+        saved = f"; saved generation {generation}" if generation else " before the first generation (nothing to save)"
+        super().__init__(f"interrupted{saved}; resume with popeval evolve --resume {run_dir}")
         self.run_dir, self.generation = run_dir, generation
 
 
@@ -128,7 +142,7 @@ def evolve(config: EvolveConfig | None = None, options: RunOptions | None = None
     t_start = time.perf_counter()
     options = RunOptions() if options is None else options
     joined = distributed.initialize(options.coordinator_address, options.num_processes, options.process_id,
-                                    timeout=options.distributed_timeout)
+                                    timeout=options.distributed_timeout, heartbeat=options.distributed_heartbeat)
     primary = distributed.process_index() == 0  # the one process that writes and logs
     if joined and primary:
         log.info("%s", joined)
@@ -141,8 +155,7 @@ def evolve(config: EvolveConfig | None = None, options: RunOptions | None = None
         _run_generations(ctx)
         if ctx.gen > ctx.start_gen:
             state = ctx.step.first(ctx.stacked)
-        returns = np.asarray(ctx.startup.evaluate(state.strategy, state.best_params, state.obs_stats, ctx.seed,
-                                                  np.int32(keys_lib.FINAL_EVALUATION)))
+        returns = _final_evaluation(ctx, state) if ctx.final_returns is None else ctx.final_returns
     except KeyboardInterrupt:
         raise RunInterrupted(ctx.run_dir, ctx.gen) from None
     except Exception as e:
@@ -165,6 +178,7 @@ class _RunContext:
         self.config: EvolveConfig = opened["config"]
         self.meta: dict = opened["meta"]
         self.lock = opened.get("lock")
+        self.saved = opened.get("saved")  # the checkpoint read under the lock, whose metadata `meta` is
         self.run = opened.get("run") or build(self.config)
         self.primary = primary
         self.sinks: list[Sink] = (default_sinks(options) if sinks is None else list(sinks)) if primary else []
@@ -178,6 +192,7 @@ class _RunContext:
         self.seed = np.int32(self.config.seed)
         self.devices = 0
         self.compile_time: float | None = None  # the first generation's seconds, compilation included
+        self.final_returns: np.ndarray | None = None  # (2, eval_episodes): the final evaluation's, once run
         self.runner = ThreadPoolExecutor(1, thread_name_prefix="popeval-generation")
         self._t_start, self._elapsed0 = t_start, float(self.meta.get("elapsed_seconds") or 0.0)
 
@@ -198,9 +213,13 @@ class _RunContext:
                 checkpoint.save(self.run_dir, self.step.first(self.stacked), self.meta)
         finally:
             self.runner.shutdown(wait=False, cancel_futures=True)
-            _close(self.sinks, self.startup, failing=sys.exc_info()[0] is not None)
+            error = sys.exc_info()[0]
+            _close(self.sinks, self.startup, failing=error is not None,
+                   interrupted=error is not None and issubclass(error, KeyboardInterrupt))
             if self.lock is not None:
-                self.lock.release()
+                # A run that failed before running a generation leaves no directory it created.
+                failed = isinstance(sys.exc_info()[1], Exception)
+                self.lock.release(discard_dir=failed and self.gen == self.start_gen)
 
 
 def _start(ctx: _RunContext):
@@ -223,7 +242,9 @@ def _start(ctx: _RunContext):
     state = init_state(run, config)
     if ctx.resuming:
         if ctx.primary:
-            state, _ = checkpoint.load(ctx.run_dir, state)
+            # The state of the same read as ctx.meta's counters (taken under the lock).
+            state, _ = checkpoint.load(ctx.run_dir, state, ctx.saved)
+            ctx.saved = None
         state = distributed.broadcast(state)  # the other processes need not see the run directory
     ctx.stacked = ctx.step.replicate(state)
     return state
@@ -234,12 +255,12 @@ def _run_generations(ctx: _RunContext) -> None:
     step, config = ctx.step, ctx.config
     stacked_seed = step.replicate(ctx.seed)
     t0 = time.perf_counter()
-    ctx.startup.generation.result()
+    _result(ctx.startup.generation)
     # Generation g+1 runs (on the runner's thread) while generation g's metrics are fetched,
     # logged and checkpointed here. A run that stops early drops one generation.
     pending = ctx.runner.submit(step, ctx.stacked, stacked_seed) if ctx.gen < config.num_generations else None
     while pending is not None:
-        new, metrics = pending.result()
+        new, metrics = _result(pending)
         pending = ctx.runner.submit(step, new, stacked_seed) if ctx.gen + 1 < config.num_generations else None
         metrics = {k: v.item() for k, v in step.first(metrics).items()}
         dt = time.perf_counter() - t0
@@ -247,7 +268,7 @@ def _run_generations(ctx: _RunContext) -> None:
         if ctx.compile_time is None:
             ctx.compile_time = dt
         metrics = _generation_metrics(ctx, new, metrics, dt)
-        solved = config.target is not None and metrics["fitness/mean"] >= config.target
+        solved = _solved(config, metrics)
         solved_at = ctx.meta.get("solved_at")
         if solved and solved_at is None:
             solved_at = {"generation": ctx.gen + 1, "seconds": metrics["time/elapsed"]}
@@ -264,12 +285,15 @@ def _run_generations(ctx: _RunContext) -> None:
 
 def _generation_metrics(ctx: _RunContext, new, metrics: dict, dt: float) -> dict:
     """A generation's logged metrics: the program's, the step counts and rate, the evaluation of
-    the mean and best policy when one is due (NaN otherwise) and the time elapsed."""
+    the mean and best policy when one is due (NaN otherwise), the time elapsed, and in the run's
+    last row (its budget, its target with `stop_at_target`, or a non-finite state) the final
+    evaluation that `result.json` reports (NaN in the other rows)."""
     config, gen = ctx.config, ctx.gen
     gen_steps = int(metrics.pop("steps/generation"))
     metrics.update({"generation": gen + 1, "steps/env_total": ctx.meta["env_steps"] + gen_steps,
                     "steps/per_second": gen_steps / max(dt, 1e-9)})
     metrics["eval/return"] = metrics["eval/best_return"] = math.nan
+    metrics["eval/final_return"] = metrics["eval/final_best_return"] = math.nan  # sinks.FINAL_COLUMNS
     diverged = metrics["nonfinite/state"] > 0
     if not diverged and ((gen + 1) % config.eval_every == 0 or gen + 1 == config.num_generations):
         state = ctx.step.first(new)
@@ -277,7 +301,24 @@ def _generation_metrics(ctx: _RunContext, new, metrics: dict, dt: float) -> dict
                                        np.int32(gen + 1))
         metrics["eval/return"], metrics["eval/best_return"] = np.asarray(returns).mean(axis=1).tolist()
     metrics["time/elapsed"] = ctx.elapsed()
+    if diverged or gen + 1 == config.num_generations or (_solved(config, metrics) and config.stop_at_target
+                                                         and not ctx.solved_before):
+        # The run's last row: it carries the final evaluation (of the last finite state).
+        ctx.final_returns = _final_evaluation(ctx, ctx.step.first(ctx.stacked if diverged else new))
+        metrics["eval/final_return"], metrics["eval/final_best_return"] = (
+            float(np.mean(r)) for r in ctx.final_returns)
     return metrics
+
+
+def _solved(config: EvolveConfig, metrics: dict) -> bool:
+    return config.target is not None and metrics["fitness/mean"] >= config.target
+
+
+def _final_evaluation(ctx: _RunContext, state) -> np.ndarray:
+    """The run's final evaluation of `state`'s mean and best policies: `(2, eval_episodes)`
+    returns, the episodes of `keys.FINAL_EVALUATION` (what `result.json` reports)."""
+    return np.asarray(ctx.startup.evaluate(state.strategy, state.best_params, state.obs_stats, ctx.seed,
+                                           np.int32(keys_lib.FINAL_EVALUATION)))
 
 
 def _stop_diverged(ctx: _RunContext, metrics: dict) -> None:
@@ -332,13 +373,14 @@ def _summary(ctx: _RunContext, state, mean_returns, best_returns) -> dict:
     return run_dir_lib.write_result(ctx.run_dir, summary)
 
 
-def _close(sinks: Sequence[Sink], startup: _Startup | None, failing: bool = False) -> None:
-    """Joins the start-up threads, then closes every sink. A failing close is logged as a
-    warning, or only at debug level while the run is already failing (a full disk fails both:
-    the user gets one error, not one per sink)."""
+def _close(sinks: Sequence[Sink], startup: _Startup | None, failing: bool = False,
+           interrupted: bool = False) -> None:
+    """Joins the start-up threads (after Ctrl-C, not the compilation: `_Startup.close`), then
+    closes every sink. A failing close is logged as a warning, or only at debug level while the
+    run is already failing (a full disk fails both: the user gets one error, not one per sink)."""
     try:
         if startup is not None:
-            startup.close()
+            startup.close(interrupted)
     finally:
         for sink in sinks:
             try:

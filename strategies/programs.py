@@ -6,8 +6,9 @@
     evaluate = eval_fn(run, config)                   # mean and best policy on the same episodes
 
 A generation (`generation_parts`): ask the strategy for the population (or, with
-`sharded_sampling`, sample each piece's members where it is evaluated: `Strategy.members`),
-evaluate the members with the fitness-only path on episode keys that derive from (seed,
+`sharded_sampling`, sample each piece's members where it is evaluated: `Strategy.members`; or,
+for EGGROLL, a `LowRankPopulation` whose members' factors each piece draws where it evaluates
+them), evaluate the members with the fitness-only path on episode keys that derive from (seed,
 generation, member index) (`popeval.keys`), gather the fitness, tell the strategy, track the
 best member and the observation statistics. `generation_step` runs these steps as one-device
 programs on CPUs, or as one program per device (`generation_fn`) on accelerators. Nothing
@@ -26,14 +27,16 @@ from flax import struct
 from popeval import compiler, normalization, sharding
 from popeval import keys as keys_lib
 from popeval.environments import make
+from popeval.low_rank import LowRankPopulation
 from popeval.policies import CNNPolicy, LSTMPolicy, MLPPolicy
 from popeval.rollout import RolloutWrapper
 
 from .config import EvolveConfig
+from .eggroll import NAME as EGGROLL
 from .strategy import make_strategy, sanitize_fitness
 
 __all__ = ["EvolveState", "Run", "Asked", "build", "init_fn", "init_state", "generation_parts", "generation_fn",
-           "generation_step", "eval_fn"]
+           "generation_step", "eval_fn", "policies_eval_fn"]
 
 
 @struct.dataclass
@@ -80,7 +83,8 @@ def build(config: EvolveConfig) -> Run:
     template = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes)
     strategy = make_strategy(config.strategy, config.pop_size, template, config.fitness_shaping,
                              **config.strategy_kwargs)
-    if config.sharded_sampling and strategy.members is None:
+    # EGGROLL's members are drawn where they are evaluated anyway: sharded_sampling changes nothing.
+    if config.sharded_sampling and strategy.members is None and strategy.name != EGGROLL:
         raise ValueError(f"sharded_sampling: {strategy.name} cannot sample its members one by one; "
                          "Open_ES (openai_es), SNES and PGPE can")
     return Run(env, env_params, policy, manager, strategy, template)
@@ -112,7 +116,7 @@ def init_state(run: Run, config: EvolveConfig) -> EvolveState:
 class Asked(NamedTuple):
     """A generation's population as every device asked for it (without `sharded_sampling`)."""
 
-    population: Any  # (P, ...) pytree of the members' parameters
+    population: Any  # (P, ...) pytree of the members' parameters, or EGGROLL's LowRankPopulation
     strategy: Any  # the strategy state after the ask
 
 
@@ -135,7 +139,13 @@ def generation_parts(run: Run, config: EvolveConfig):
     def members_of(state, seed, asked, idx):
         if asked is None:
             return sampler.sample(state.strategy, keys_lib.generation_keys(seed, state.generation)[0], idx)
+        if isinstance(asked.population, LowRankPopulation):  # a descriptor: the members' factors drawn inside
+            return asked.population.replace(members=asked.population.members[idx])
         return jax.tree.map(lambda x: x[idx], asked.population)
+
+    def params_of(state, seed, asked, idx):  # explicit parameters (of a low-rank population: these members only)
+        members = members_of(state, seed, asked, idx)
+        return members.materialize() if isinstance(members, LowRankPopulation) else members
 
     def evaluate(state, seed, asked, members):
         key_eval = keys_lib.generation_keys(seed, state.generation)[1]
@@ -157,7 +167,7 @@ def generation_parts(run: Run, config: EvolveConfig):
         best = jnp.argmax(clean)
         improved = jnp.isfinite(fitness[best]) & (fitness[best] > state.best_fitness)
         best_params = jax.tree.map(lambda b, p: jnp.where(improved, p[0], b), state.best_params,
-                                   members_of(state, seed, asked, best[None]))
+                                   params_of(state, seed, asked, best[None]))
         best_fitness = jnp.where(improved, fitness[best], state.best_fitness)
         obs_stats = state.obs_stats
         if config.obs_normalization:
@@ -227,11 +237,23 @@ def eval_fn(run: Run, config: EvolveConfig):
     """`evaluate(strategy_state, best_params, obs_stats, seed, index) -> returns (2, E)`: the
     strategy's mean policy (row 0) and the best policy (row 1) on the same `eval_episodes`
     episodes of evaluation `index`. Jitted; compile it with `compiler.options()`."""
-    manager, episodes = run.manager, config.eval_episodes
+    evaluate_policies = policies_eval_fn(run, config)
 
     def evaluate(strategy_state, best_params, obs_stats, seed, index):
-        keys = jnp.broadcast_to(keys_lib.evaluation_keys(seed, index, episodes), (2, episodes))
         both = jax.tree.map(lambda m, b: jnp.stack([m, b]), run.strategy.mean(strategy_state), best_params)
-        return manager.population_fitness(keys, both, obs_stats=obs_stats).returns
+        return evaluate_policies(both, obs_stats, seed, index)
 
     return jax.jit(evaluate)
+
+
+def policies_eval_fn(run: Run, config: EvolveConfig):
+    """`evaluate(both, obs_stats, seed, index) -> returns (2, E)`: `eval_fn`'s evaluation of two
+    policies stacked on a leading axis (mean, best), which `popeval eval --episodes_from_run`
+    replays from a saved run. Not jitted."""
+    manager, episodes = run.manager, config.eval_episodes
+
+    def evaluate(both, obs_stats, seed, index):
+        keys = jnp.broadcast_to(keys_lib.evaluation_keys(seed, index, episodes), (2, episodes))
+        return manager.population_fitness(keys, both, obs_stats=obs_stats).returns
+
+    return evaluate

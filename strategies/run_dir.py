@@ -7,7 +7,12 @@
     RUN/fitness.png         the fitness curves (popeval.sinks.PlotSink)
     RUN/result.json         the summary, written when the run ends
     RUN/wandb/              W&B's files (offline runs: RUN/wandb/offline-run-*)
-    RUN/.lock               held by the process running the run (see `Lock`)
+    RUN/.lock               held by the process running the run (see `Lock`), removed when it ends
+
+A run directory is created complete or not at all: the lock is taken first, then everything is
+read, then `config.json` is written atomically. A directory holding only a lock or temporary
+files (`*.tmp`, what a kill while starting leaves) counts as empty. Every file is written by
+`checkpoint.atomic_write`, which never follows a symbolic link and keeps permission bits.
 
 An exported controller (`export_policy`, `popeval export RUN OUT`) is the same layout with
 the policies alone in the checkpoint: the mean and best parameters and the observation
@@ -16,11 +21,14 @@ statistics, not the strategy's state (a GA's population, CMA-ES's covariance).
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import logging
 import math
 import os
 import shutil
+import stat
 import time
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -31,7 +39,7 @@ from .config import LEGACY_RUN_KEYS, EvolveConfig, RunOptions, config_from_dict,
 from .programs import Run, build, init_state
 
 __all__ = ["CONFIG", "RESULT", "Lock", "Prepared", "prepare", "open_run", "read_config", "clean_result", "write_result",
-           "read_result", "load_policy", "export_policy", "open_shared", "complete", "EVAL_OVERRIDES"]
+           "read_result", "load_policy", "export_policy", "open_shared", "complete", "config_hash", "EVAL_OVERRIDES"]
 
 CONFIG = "config.json"
 RESULT = "result.json"
@@ -47,9 +55,39 @@ def read_config(run_dir: str | os.PathLike, overrides: dict | None = None) -> Ev
     """The experiment saved in `RUN/config.json` (older files' run-control keys ignored)."""
     path = Path(run_dir) / CONFIG
     if not path.is_file():
-        raise ValueError(f"{run_dir}: not a popeval run directory (no {CONFIG})")
-    saved = {k: v for k, v in json.loads(path.read_text()).items() if k not in LEGACY_RUN_KEYS}
-    return config_from_dict({**saved, **(overrides or {})})
+        raise ValueError(_no_config(Path(run_dir), str(run_dir)))
+    saved = {k: v for k, v in _config_object(path).items() if k not in LEGACY_RUN_KEYS}
+    if not overrides:
+        try:
+            return config_from_dict(saved)
+        except (TypeError, ValueError) as e:  # a key the file got wrong: name the file
+            raise ValueError(f"{path}: {e}") from None
+    return config_from_dict({**saved, **overrides})
+
+
+def _config_object(path: Path) -> dict:
+    """`config.json`'s JSON object, or a ValueError naming the file."""
+    try:
+        data = json.loads(path.read_bytes())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not a popeval config (not JSON: {' '.join(str(e).split())[:100]})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a popeval config (a JSON object of config keys), got {type(data).__name__}")
+    return data
+
+
+def config_hash(experiment: EvolveConfig | dict) -> str:
+    """A SHA-256 of an experiment as `config.json` holds it (an `EvolveConfig`, or the file's
+    dict), `RESUME_OVERRIDES` left out; a checkpoint records it. The file's own keys are hashed,
+    so a later popeval that adds config keys or changes defaults still resumes the run."""
+    saved = experiment.to_dict() if isinstance(experiment, EvolveConfig) else experiment
+    kept = {k: v for k, v in saved.items() if k not in RESUME_OVERRIDES}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()
+
+
+def _saved_dict(run_dir: Path) -> dict:
+    """`config.json` as written (`read_config` checked it)."""
+    return json.loads((run_dir / CONFIG).read_text())
 
 
 def _default_dir(config: EvolveConfig) -> Path:
@@ -60,29 +98,85 @@ def _default_dir(config: EvolveConfig) -> Path:
 class Lock:
     """An exclusive lock on a run directory (`fcntl.flock` on `RUN/.lock`), held while one
     process runs it. The operating system releases it when the process ends, however it ends,
-    so a killed run never blocks a later resume."""
+    so a killed run never blocks a later resume; `release` removes the file.
+
+    Args:
+        run_dir: the run directory (it exists).
+        created: this run created the directory (`release(discard_dir=True)` may remove it).
+    """
 
     FILE = ".lock"
 
-    def __init__(self, run_dir: Path):
+    def __init__(self, run_dir: Path, created: bool = False):
         import fcntl
 
-        self._file = open(run_dir / self.FILE, "a+")
-        try:
-            fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._file.seek(0)
-            holder = self._file.read().strip() or "?"
-            self._file.close()
-            raise ValueError(f"run directory {run_dir} is in use by another popeval process (pid {holder})") from None
-        self._file.seek(0)
-        self._file.truncate()
-        self._file.write(str(os.getpid()))
-        self._file.flush()
+        self.run_dir, self.created = Path(run_dir), created
+        path = self.run_dir / self.FILE
+        while True:
+            fd = _open_lock_file(path)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+                os.close(fd)
+                raise ValueError(f"run directory {run_dir} is in use by another popeval process (pid {holder})"
+                                 ) from None
+            if _same_file(fd, path):
+                break
+            os.close(fd)  # its holder removed it while releasing: lock the file now in its place
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._fd: int | None = fd
 
-    def release(self) -> None:
-        if not self._file.closed:
-            self._file.close()  # closing the file releases the lock
+    def release(self, discard_dir: bool = False) -> None:
+        """Removes `.lock` while still holding it, then releases the lock.
+
+        Args:
+            discard_dir: remove the whole run directory instead, when this run created it and
+                it holds no checkpoint (a run that failed before saving anything).
+        """
+        if self._fd is None:
+            return
+        path = self.run_dir / self.FILE
+        try:
+            if discard_dir and self.created and not _has_checkpoint(self.run_dir):
+                shutil.rmtree(self.run_dir, ignore_errors=True)
+            elif _same_file(self._fd, path):
+                path.unlink()
+        except OSError:
+            pass  # a read-only directory, say: the lock is released all the same
+        finally:
+            os.close(self._fd)  # closing the file releases the lock
+            self._fd = None
+
+
+def _open_lock_file(path: Path) -> int:
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise ValueError(f"{path}: a symbolic link; popeval never writes through one (remove it)") from None
+        raise
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether `path` is still the file open as `fd` (not removed or replaced)."""
+    try:
+        here = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    there = os.fstat(fd)
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+
+
+def _has_checkpoint(run_dir: Path) -> bool:
+    """A checkpoint, or its metadata without it (a damaged run, never silently restarted)."""
+    return checkpoint.exists(run_dir) or (run_dir / checkpoint.META).exists()
+
+
+def _started(run_dir: Path) -> bool:
+    """Whether `run_dir` holds more than a kill while starting leaves (a lock, temporaries)."""
+    return any(p.name != Lock.FILE and not p.name.endswith(".tmp") for p in run_dir.iterdir())
 
 
 class Prepared(NamedTuple):
@@ -94,51 +188,101 @@ class Prepared(NamedTuple):
 
 def prepare(config: EvolveConfig | None, options: RunOptions) -> Prepared:
     """Checks a resumption against the saved experiment, or checks a new run directory, and
-    names the run directory. Writes nothing (see `open_run`)."""
+    names the run directory. Writes nothing (see `open_run`, which checks again under the lock)."""
     if options.resume:
-        run_dir = Path(options.resume)
-        if not (run_dir / CONFIG).is_file():
-            raise ValueError(f"--resume {run_dir}: not a popeval run directory (no {CONFIG})")
-        saved = read_config(run_dir)
-        if config is not None:
-            mine, theirs = config.to_dict(), saved.to_dict()
-            diff = sorted(k for k in mine if k not in RESUME_OVERRIDES and mine[k] != theirs[k])
-            if diff:
-                raise ValueError(f"--resume {run_dir}: the run was made with another config (differs in {diff})")
-        # A run stopped before its first checkpoint starts again from generation 0.
-        return Prepared(run_dir, checkpoint.exists(run_dir), config or saved, saved)
+        return _check_resume(Path(options.resume), config)
     if config is None:
         raise ValueError("evolve needs a config (or RunOptions(resume=RUN_DIR))")
-    run_dir = Path(options.run_dir) if options.run_dir else _default_dir(config)
+    return _check_new(Path(options.run_dir) if options.run_dir else _default_dir(config), config)
+
+
+def _check_resume(run_dir: Path, config: EvolveConfig | None) -> Prepared:
+    if not (run_dir / CONFIG).is_file():
+        raise ValueError(_no_config(run_dir, f"--resume {run_dir}"))
+    saved = read_config(run_dir)
+    if config is not None:
+        mine, theirs = config.to_dict(), saved.to_dict()
+        diff = sorted(k for k in mine if k not in RESUME_OVERRIDES and mine[k] != theirs[k])
+        if diff:
+            raise ValueError(f"--resume {run_dir}: the run was made with another config (differs in {diff})")
+    if not checkpoint.exists(run_dir) and (run_dir / checkpoint.META).exists():
+        raise ValueError(f"--resume {run_dir}: {checkpoint.META} says generation {_saved_generation(run_dir)} but "
+                         f"{checkpoint.CHECKPOINT} is missing; put it back (resuming from generation 0 would "
+                         "drop the run's progress)")
+    # A run stopped before its first checkpoint starts again from generation 0.
+    return Prepared(run_dir, checkpoint.exists(run_dir), config or saved, saved)
+
+
+def _no_config(run_dir: Path, what: str) -> str:
+    """Why `run_dir` without `config.json` is no run to continue."""
+    if run_dir.is_dir() and not _started(run_dir):
+        return (f"{what}: the run never started (no {CONFIG}, only a lock or temporary files); "
+                f"start it afresh with --run_dir {run_dir}")
+    return f"{what}: not a popeval run directory (no {CONFIG})"
+
+
+def _saved_generation(run_dir: Path) -> str:
+    try:
+        return str(json.loads((run_dir / checkpoint.META).read_text())["generation"])
+    except (OSError, ValueError, TypeError, KeyError):
+        return "?"
+
+
+def _check_new(run_dir: Path, config: EvolveConfig) -> Prepared:
     if run_dir.exists() and not run_dir.is_dir():
         raise ValueError(f"run directory {run_dir} is a file")
-    if run_dir.exists() and any(run_dir.iterdir()):
-        if checkpoint.exists(run_dir) or not (run_dir / CONFIG).is_file():
-            raise ValueError(f"run directory {run_dir} is not empty; pass resume={run_dir} to continue it")
+    if run_dir.exists() and _started(run_dir):
+        if _has_checkpoint(run_dir) or not (run_dir / CONFIG).is_file():
+            raise ValueError(f"run directory {run_dir} is not empty; continue it with --resume {run_dir} "
+                             f"(Python: RunOptions(resume={str(run_dir)!r}))")
         # A popeval run that stopped before its first checkpoint: nothing in it to keep.
     return Prepared(run_dir, False, config, None)
 
 
 #: Files a run writes, which a fresh start over a run without a checkpoint replaces.
-RUN_FILES = (CONFIG, RESULT, "metrics.csv", "metrics.csv.tmp", "fitness.png", checkpoint.META,
-             checkpoint.META + ".tmp", checkpoint.CHECKPOINT + ".tmp")
+_REPLACED = (CONFIG, RESULT, "metrics.csv", "fitness.png", checkpoint.META)
+RUN_FILES = _REPLACED + tuple(name + ".tmp" for name in (*_REPLACED, checkpoint.CHECKPOINT))
 
 
-def open_run(prepared: Prepared) -> Lock:
-    """Creates the run directory, takes its lock and, for a new run, writes `config.json`."""
-    run_dir = prepared.run_dir
-    run_dir.mkdir(parents=True, exist_ok=True)
-    lock = Lock(run_dir)
+def open_run(config: EvolveConfig | None, options: RunOptions) -> tuple[Lock, Prepared]:
+    """Creates the run directory (for a new run), takes its lock and checks it again, now that
+    nothing can change it (`prepare`); the caller writes `config.json` (`write_config`) or
+    releases the lock."""
+    first = prepare(config, options)  # refuses without writing anything
+    created = False
+    if not options.resume:
+        try:
+            first.run_dir.mkdir(parents=True)
+            created = True
+        except FileExistsError:
+            pass
     try:
-        if prepared.saved is None:
-            for name in RUN_FILES:
-                (run_dir / name).unlink(missing_ok=True)
-            checkpoint.atomic_write(run_dir / CONFIG, json.dumps(prepared.config.to_dict(), indent=2,
-                                                                 sort_keys=True).encode())
+        lock = Lock(first.run_dir, created)
     except BaseException:
-        lock.release()
+        if created:
+            shutil.rmtree(first.run_dir, ignore_errors=True)
         raise
-    return lock
+    try:
+        prepared = _check_resume(first.run_dir, config) if options.resume else _check_new(first.run_dir, config)
+    except BaseException:
+        lock.release(discard_dir=True)
+        raise
+    return lock, prepared
+
+
+def write_config(prepared: Prepared) -> None:
+    """Writes `config.json` for a new run (replacing what a run stopped before its first
+    checkpoint left), or updates its `RESUME_OVERRIDES` keys (alone) for a resumed run."""
+    run_dir, config = prepared.run_dir, prepared.config.to_dict()
+    if prepared.saved is None:
+        for name in RUN_FILES:
+            (run_dir / name).unlink(missing_ok=True)
+    else:
+        saved = _saved_dict(run_dir)
+        config = {**saved, **{k: config[k] for k in RESUME_OVERRIDES}}
+        if config == saved:
+            return
+    checkpoint.atomic_write(run_dir / CONFIG, json.dumps(config, indent=2, sort_keys=True).encode())
 
 
 def clean_result(summary: dict) -> dict:
@@ -204,9 +348,9 @@ def _policies(state: Any, mean: Any) -> dict:
 
 
 def export_policy(run_dir: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
-    """Writes the run's controller to a new directory `out_dir`: its config, result, metrics
-    and a checkpoint of the mean and best policies only, which `load_policy`, `popeval eval`
-    and `popeval render` read like the run itself."""
+    """Writes the run's controller to a new directory `out_dir`: its config, result (without
+    the run's path), metrics and a checkpoint of the mean and best policies only, which
+    `load_policy`, `popeval eval` and `popeval render` read like the run itself."""
     run_dir, out = Path(run_dir), Path(out_dir)
     if not (run_dir / CONFIG).is_file() or not checkpoint.exists(run_dir):
         raise FileNotFoundError(f"{run_dir}: not a popeval run directory (config.json and a checkpoint)")
@@ -214,44 +358,71 @@ def export_policy(run_dir: str | os.PathLike, out_dir: str | os.PathLike) -> Pat
         raise FileExistsError(f"{out}: exists and is not empty")
     if checkpoint.load_meta(run_dir).get("kind") == POLICIES:
         raise ValueError(f"{run_dir}: already an exported controller")
+    copies = {name: data for name in (CONFIG, RESULT, "metrics.csv") if (data := _read_own(run_dir / name)) is not None}
     config = read_config(run_dir)
     run = build(config)
     state, meta = checkpoint.load(run_dir, init_state(run, config))
     out.mkdir(parents=True, exist_ok=True)
+    kept = (*checkpoint.PROGRESS, checkpoint.CONFIG_SHA256)
     checkpoint.save(out, _policies(state, run.strategy.mean(state.strategy)),
-                    {k: meta[k] for k in checkpoint.PROGRESS} | {"kind": POLICIES})
-    for name in (CONFIG, RESULT, "metrics.csv"):
-        if (run_dir / name).is_file():
-            shutil.copyfile(run_dir / name, out / name)
+                    {k: meta[k] for k in kept if k in meta} | {"kind": POLICIES})
+    if RESULT in copies:
+        copies[RESULT] = _without_run_dir(copies[RESULT])
+    for name, data in copies.items():
+        checkpoint.atomic_write(out / name, data)
     return out
+
+
+def _without_run_dir(result: bytes) -> bytes:
+    """`result.json` without the path of the run it came from (a path on the machine that ran
+    it, meaningless where the controller is shipped)."""
+    try:
+        summary = json.loads(result)
+    except ValueError:
+        return result
+    if not isinstance(summary, dict):
+        return result
+    summary.pop("run_dir", None)
+    return json.dumps(summary, indent=2, allow_nan=False).encode()
+
+
+def _read_own(path: Path) -> bytes | None:
+    """The bytes of the regular file `path` (None: absent); refuses a symbolic link, whose
+    target is not the run's own file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise ValueError(f"{path}: a symbolic link; export copies only the run's own files") from None
+        raise
+    with os.fdopen(fd, "rb") as f:
+        return f.read() if stat.S_ISREG(os.fstat(f.fileno()).st_mode) else None
 
 
 def open_shared(config: EvolveConfig | None, options: RunOptions, primary: bool) -> dict:
     """Prepares (or resumes) the run directory on process 0 and tells every process what it
     found: `run_dir`, `resuming`, `config`, `meta`, and `done` (a complete run's summary) or,
-    on process 0, `lock` and the built `run`. An error on process 0 is raised on every process."""
+    on process 0, `lock`, the built `run` and `saved` (the checkpoint as `checkpoint.read`
+    returned it, whose metadata `meta` is). An error on process 0 is raised on every process."""
     opened: dict = {}
     error = run = None
+    held: dict = {}
     if primary:
         try:
             if config is not None:
                 run = build(config)  # a bad config fails before any write
-            prepared = prepare(config, options)
-            meta = {"generation": 0, "env_steps": 0, "elapsed_seconds": 0.0, "wandb_id": None, "solved_at": None}
-            if prepared.resuming:
-                meta = {**meta, **checkpoint.load_meta(prepared.run_dir)}
-            opened = {"run_dir": str(prepared.run_dir), "resuming": prepared.resuming,
-                      "config": prepared.config.to_dict(), "meta": meta}
-            done = prepared.resuming and complete(meta, prepared.config, prepared.saved)
-            if done:
-                logging.getLogger("popeval").info(
-                    "run %s is complete (%s); nothing to do (raise num_generations to continue it)",
-                    prepared.run_dir, done)
-                opened["done"] = (read_result(prepared.run_dir)
-                                  or {"run_dir": str(prepared.run_dir), "generations": meta["generation"]})
+            opened, held = _open_primary(config, options)
         except Exception as e:
             error = e
-    shared = distributed.broadcast_json({"error": f"process 0: {type(error).__name__}: {error}"} if error else opened)
+    try:
+        shared = distributed.broadcast_json({"error": f"process 0: {type(error).__name__}: {error}"} if error
+                                            else opened)
+    except BaseException:
+        if "lock" in held:
+            held["lock"].release(discard_dir=True)
+        raise
     if error is not None:
         raise error
     if "error" in shared:
@@ -259,9 +430,47 @@ def open_shared(config: EvolveConfig | None, options: RunOptions, primary: bool)
     if not primary:
         return {**shared, "config": config_from_dict(shared["config"])}
     if "done" not in shared:
-        shared.update(lock=open_run(prepared), config=prepared.config,
-                      run=run if prepared.config is config else None)
+        shared.update(held, run=run if held["config"] is config else None)
     return shared
+
+
+def _open_primary(config: EvolveConfig | None, options: RunOptions) -> tuple[dict, dict]:
+    """Process 0's part of `open_shared`: `(what every process is told, what process 0 keeps)`.
+    Everything is read under the lock; a complete run's lock is released at once."""
+    lock, prepared = open_run(config, options)
+    try:
+        saved = checkpoint.read(prepared.run_dir) if prepared.resuming else None
+        meta = _start_meta(prepared, saved)
+        opened = {"run_dir": str(prepared.run_dir), "resuming": prepared.resuming,
+                  "config": prepared.config.to_dict(), "meta": meta}
+        done = prepared.resuming and complete(meta, prepared.config, prepared.saved)
+        if done:
+            logging.getLogger("popeval").info(
+                "run %s is complete (%s); nothing to do (raise num_generations to continue it)",
+                prepared.run_dir, done)
+            opened["done"] = (read_result(prepared.run_dir)
+                              or {"run_dir": str(prepared.run_dir), "generations": meta["generation"]})
+            lock.release()
+            return opened, {}
+        write_config(prepared)
+    except BaseException:
+        lock.release(discard_dir=True)
+        raise
+    return opened, {"lock": lock, "config": prepared.config, "saved": saved}
+
+
+def _start_meta(prepared: Prepared, saved: tuple | None) -> dict:
+    """The progress a run starts from: the checkpoint's metadata (`saved`), or a new run's."""
+    recorded = config_hash(prepared.config if prepared.saved is None else _saved_dict(prepared.run_dir))
+    meta = {"generation": 0, "env_steps": 0, "elapsed_seconds": 0.0, "wandb_id": None, "solved_at": None,
+            checkpoint.CONFIG_SHA256: recorded}
+    if saved is None:
+        return meta
+    made_by = saved[1].get(checkpoint.CONFIG_SHA256)
+    if made_by is not None and made_by != recorded:
+        raise ValueError(f"--resume {prepared.run_dir}: {CONFIG} no longer matches the experiment that made "
+                         f"the checkpoint (its SHA-256 differs: was {CONFIG} edited?); put the original back")
+    return {**meta, **saved[1]}  # a checkpoint from before config hashes gets one at its next save
 
 
 def complete(meta: dict, config: EvolveConfig, saved: EvolveConfig | None) -> str | None:

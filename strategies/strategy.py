@@ -11,10 +11,13 @@ fitness shaping chosen by name, non-finite fitness ranked worst, and the one sig
 popeval's maximisation to evosax's minimisation.
 
 The per-member form of the Gaussian strategies (`Strategy.members`): `member_sampling`.
+EGGROLL, over low-rank populations, is popeval's own (`eggroll`; `make_strategy("eggroll")`).
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -58,7 +61,7 @@ class Strategy(NamedTuple):
 
 def strategy_names() -> list[str]:
     """Names accepted by `make_strategy` (evosax's single-mean algorithms plus aliases)."""
-    return sorted((set(evosax_algorithms.algorithms) & set(_CONSTRUCTOR)) | set(_ALIASES))
+    return sorted((set(evosax_algorithms.algorithms) & set(_CONSTRUCTOR)) | set(_ALIASES) | {"eggroll"})
 
 
 _ALIASES = {"openai_es": "Open_ES", "cma_es": "CMA_ES", "snes": "SNES", "pgpe": "PGPE",
@@ -161,7 +164,15 @@ def make_strategy(
         member_chunk: members regenerated at a time by `Strategy.members.tell`; default
             `max(1, min(pop_size, 2**20 // num_dims))`.
         **kwargs: further constructor arguments or `Params` fields of the evosax algorithm.
+
+    `"eggroll"` is popeval's own EGGROLL (`popeval.strategies.eggroll`): it takes
+    `learning_rate`, `lr_decay`, `lr_min`, `optimizer`, `member_chunk` and, in `kwargs`, `rank`
+    and `sigma`; anything else is refused.
     """
+    if name.lower().replace("-", "").replace("_", "") == "eggroll":
+        given = dict(learning_rate=learning_rate, lr_decay=lr_decay, lr_min=lr_min, optimizer=optimizer,
+                     std_init=std_init, std_decay=std_decay, std_min=std_min, member_chunk=member_chunk)
+        return _eggroll(pop_size, solution, fitness_shaping, given, kwargs)
     cls = _resolve(name)
     defaults = _DEFAULTS.get(cls.__name__, {})
     hyper = _Hyperparameters(
@@ -191,6 +202,24 @@ def make_strategy(
     return Strategy(init, ask, tell, mean, cls.__name__, int(pop_size), int(algo.num_dims), members)
 
 
+#: `make_strategy`'s own keyword defaults: the ones an EGGROLL call left as they are.
+_MAKE_DEFAULTS = dict(learning_rate=None, lr_decay=1.0, lr_min=0.0, optimizer="adam", std_init=None, std_decay=1.0,
+                      std_min=0.0, member_chunk=None)
+
+
+def _eggroll(pop_size: int, solution: Any, fitness_shaping: str, given: dict, kwargs: dict) -> Strategy:
+    """`make_strategy("eggroll", ...)`: `eggroll.eggroll` with the hyperparameters given, others refused."""
+    from .eggroll import HYPERPARAMETERS, NAME, eggroll  # eggroll.py builds on this module
+
+    chosen = {k: v for k, v in given.items() if not (type(v) is type(_MAKE_DEFAULTS[k]) and v == _MAKE_DEFAULTS[k])}
+    chosen.update(kwargs)
+    unknown = sorted(set(chosen) - set(HYPERPARAMETERS))
+    if unknown:
+        raise ValueError(f"{NAME}: unknown hyperparameter(s) {unknown}; it takes {', '.join(HYPERPARAMETERS)} "
+                         "(sigma is its std)")
+    return eggroll(pop_size, solution, fitness_shaping=fitness_shaping, **chosen)
+
+
 class _Hyperparameters(NamedTuple):
     """`make_strategy`'s own hyperparameters, popeval's defaults applied."""
 
@@ -214,26 +243,55 @@ _RULES = (
 )
 
 
+@functools.cache
+def optimizer_names() -> tuple[str, ...]:
+    """The optax optimizers `make_strategy(optimizer=...)` takes: optax's functions whose
+    first argument is the learning rate (`adam`, `sgd`, ...)."""
+    names = []
+    for name in dir(optax):
+        fn = getattr(optax, name)
+        # scale_by_* are building blocks, and L-BFGS's update needs the loss function.
+        if name.startswith(("_", "scale_by_")) or name == "lbfgs" or not inspect.isfunction(fn):
+            continue
+        params = list(inspect.signature(fn).parameters)
+        if params[:1] == ["learning_rate"]:
+            names.append(name)
+    return tuple(sorted(names))
+
+
 def _check(algorithm: str, hyper: _Hyperparameters, fitness_shaping: str, pop_size: int, kwargs: dict) -> None:
     """Refuses bad hyperparameters, an unsupported algorithm, an unknown shaping and a bad
     `pop_size` (before evosax sees them)."""
-    for what, ok, rule in _RULES:
-        value = getattr(hyper, what)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or not math.isfinite(value) or not ok(value)):
-            raise ValueError(f"{algorithm}: {what} must be a finite number {rule}, got {value!r}")
+    _check_hyperparameters(algorithm, hyper)
     if algorithm not in _CONSTRUCTOR:
         raise ValueError(f"{algorithm} is not supported by popeval (multi-population strategies "
                          f"evolve several means at once); supported: {', '.join(sorted(_CONSTRUCTOR))}")
-    if fitness_shaping not in FITNESS_SHAPING:
-        raise ValueError(
-            f"Unknown fitness_shaping {fitness_shaping!r}; choose from {sorted(FITNESS_SHAPING)}"
-        )
+    _check_shaping(fitness_shaping)
     if int(pop_size) < 2:
         raise ValueError(f"pop_size must be >= 2, got {pop_size}")
     antithetic = "use_antithetic_sampling" in _CONSTRUCTOR[algorithm] and kwargs.get("use_antithetic_sampling", True)
     if antithetic and pop_size % 2:
         raise ValueError(f"{algorithm} samples antithetic pairs: pop_size must be even, got {pop_size}")
+
+
+def _check_hyperparameters(algorithm: str, hyper: _Hyperparameters) -> None:
+    """Refuses a learning rate, std or decay out of its range (`_RULES`) and an unknown optimizer."""
+    for what, ok, rule in _RULES:
+        value = getattr(hyper, what)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not math.isfinite(value) or not ok(value)):
+            raise ValueError(f"{algorithm}: {what} must be a finite number {rule}, got {value!r}")
+    if hyper.optimizer not in optimizer_names():
+        raise ValueError(f"{algorithm}: optimizer must be an optax optimizer name, got {hyper.optimizer!r}"
+                         f"{did_you_mean(str(hyper.optimizer), optimizer_names())}; known: "
+                         f"{', '.join(optimizer_names())}")
+
+
+def _check_shaping(fitness_shaping: str) -> None:
+    if fitness_shaping not in FITNESS_SHAPING:
+        raise ValueError(
+            f"Unknown fitness_shaping {fitness_shaping!r}; choose from {sorted(FITNESS_SHAPING)}"
+        )
 
 
 def _optimizer(hyper: _Hyperparameters):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import fcntl
+import json
 import os
 import shutil
 import sys
@@ -57,3 +59,20 @@ def read_metrics(run_dir: Path, timing: bool = True) -> list[dict[str, str]]:
     with open(Path(run_dir) / "metrics.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     return rows if timing else [{k: v for k, v in r.items() if k not in TIMING_COLUMNS} for r in rows]
+
+
+def computed_once(tmp_path_factory, name: str, compute):
+    """`compute(directory)` (returning JSON values) run once per test session, by whichever
+    xdist worker asks first; the others wait for it and get what it returned. An expensive
+    run shared by tests that may land on different workers is then paid for once."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # shared by the workers of this session
+    directory, done = root / f"once-{name}", root / f"once-{name}.json"
+    with open(root / f"once-{name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(directory, ignore_errors=True)
+            directory.mkdir()
+            done.write_text(json.dumps(compute(directory)))
+        return json.loads(done.read_text())

@@ -149,7 +149,7 @@ def test_script_quick_writes_the_run_and_times_the_anchor(tmp_path):
     pytest.importorskip("rlax", reason="the anchor's rlax and haiku are the bench extra: pip install -e '.[bench]'")
     run_dir = tmp_path / "run"
     cmd = [sys.executable, str(REPO / "experiments" / "anakin.py"), "--config", str(CONFIGS / "anakin_catch.yaml"),
-           "--quick", "--run-dir", str(run_dir), "--wandb", "disabled", "--anchor"]
+           "--quick", "--run_dir", str(run_dir), "--wandb", "disabled", "--anchor"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=subprocess_env(JAX_NUM_CPU_DEVICES="2"),
                           cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

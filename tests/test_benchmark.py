@@ -33,8 +33,8 @@ def test_quick_benchmark_writes_json_with_device_rows(tmp_path, capsys):
     other = 2 if local == 1 else 1
     out = tmp_path / "nested" / "bench.json"
     devices = ["--devices", str(local), str(other)] if cpu else []
-    # --quiet-below 1e9: every workload starts at once (and records the load it started at).
-    assert run.main(["--quick", "--out", str(out), "--quiet-below", "1e9", *devices]) == 0
+    # --quiet_below 1e9: every workload starts at once (and records the load it started at).
+    assert run.main(["--quick", "--out", str(out), "--quiet_below", "1e9", *devices]) == 0
     report = json.loads(out.read_text())
     assert set(report) == {"config", "machine", "columns", "results", "memory_check", "eager_check"}
     assert report["config"]["quick"] is True and report["config"]["envs"] == ["CartPole-v1"]
@@ -139,7 +139,7 @@ def test_trained_cartpole_needs_a_cartpole_mlp():
 
 
 def test_wait_for_quiet_waits_until_the_load_falls(monkeypatch):
-    """`--quiet-below`: the benchmark polls the load average until it is below the limit, and
+    """`--quiet_below`: the benchmark polls the load average until it is below the limit, and
     gives up (saying so) after `QUIET_WAIT_S`."""
     loads = iter([3.0, 2.0, 1.2, 0.5])
     monkeypatch.setattr(checks.os, "getloadavg", lambda: (next(loads), 0.0, 0.0))

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import subprocess_env
+from conftest import computed_once, subprocess_env
 
 from popeval.environments import registered_envs
 
@@ -43,15 +43,20 @@ def _cartpole(cwd: Path, name: str, cache: Path) -> tuple[Path, dict, str]:
     return cwd / name, json.loads(result.stdout), result.stderr
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def solved(tmp_path_factory):
     """`popeval evolve` on the shipped CartPole config, twice: with an empty compilation cache
     and again with the cache the first run filled. `(run_dir, summary, warm_run_dir, warm_summary,
     logs, cache)` ."""
-    cwd, cache = tmp_path_factory.mktemp("cli"), tmp_path_factory.mktemp("xla-cache")
-    cold_dir, cold, cold_log = _cartpole(cwd, "cartpole", cache)
-    warm_dir, warm, warm_log = _cartpole(cwd, "cartpole-warm", cache)
-    return cold_dir, cold, warm_dir, warm, cold_log + warm_log, cache
+    def compute(directory):
+        cwd, cache = directory / "cli", directory / "xla-cache"
+        cwd.mkdir()
+        cold_dir, cold, cold_log = _cartpole(cwd, "cartpole", cache)
+        warm_dir, warm, warm_log = _cartpole(cwd, "cartpole-warm", cache)
+        return str(cold_dir), cold, str(warm_dir), warm, cold_log + warm_log, str(cache)
+
+    cold_dir, cold, warm_dir, warm, logs, cache = computed_once(tmp_path_factory, "cli-solved", compute)
+    return Path(cold_dir), cold, Path(warm_dir), warm, logs, Path(cache)
 
 
 @pytest.mark.xdist_group("cli-solved")  # one worker solves CartPole for these

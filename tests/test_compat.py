@@ -163,7 +163,7 @@ def test_register_user_environment():
             register("CartPole-v1", Counter)
         with pytest.raises(TypeError, match="callable"):
             register("Other-test", 3)
-        with pytest.raises(ValueError, match="non-empty"):
+        with pytest.raises(ValueError, match="must not be empty"):
             register("", Counter)
     finally:
         REGISTRY.pop("Counter-test", None)

@@ -61,29 +61,26 @@ def test_shipped_controller_reproduces_its_recorded_returns(path):
         assert abs(float(got) - recorded[key]) <= 0.05 * abs(recorded[key]) + 0.1, (key, float(got), recorded[key])
 
 
-def test_export_keeps_the_policies_and_drops_the_strategy_state(tmp_path):
+def test_export_keeps_the_policies_and_drops_the_strategy_state(tmp_path, capsys):
     """A run exported with `popeval export` evaluates like the run; a GA's population stays behind."""
+    from popeval import cli
     from popeval.strategies import EvolveConfig, RunOptions, evolve
 
     config = EvolveConfig(env_name="Catch-bsuite", strategy="simple_ga", pop_size=64, num_rollouts=2,
                           num_generations=3, hidden_sizes=(8,), eval_every=3, eval_episodes=8)
-    evolve(config, RunOptions(run_dir=str(tmp_path / "run"), wandb="disabled", progress=False))
-    out = tmp_path / "controller"
-    cli = [sys.executable, "-m", "popeval", "export", str(tmp_path / "run"), str(out)]
-    env = {"POPEVAL_CACHE_DIR": "", "JAX_PLATFORMS": "cpu", "PATH": ""}
-    done = subprocess.run(cli, capture_output=True, text=True, env=env, timeout=600)
-    assert done.returncode == 0, done.stderr
-    assert (out / "checkpoint.msgpack").stat().st_size * 10 < (tmp_path / "run" / "checkpoint.msgpack").stat().st_size
+    run, out = tmp_path / "run", tmp_path / "controller"
+    evolve(config, RunOptions(run_dir=str(run), wandb="disabled", progress=False))
+    assert cli.main(["export", str(run), str(out)]) == 0
+    assert (out / "checkpoint.msgpack").stat().st_size * 10 < (run / "checkpoint.msgpack").stat().st_size
+    assert "run_dir" not in json.loads((out / "result.json").read_text())  # the machine's path stays behind
     for which in ("mean", "best"):
-        a, b = load_policy(tmp_path / "run", which), load_policy(out, which)
+        a, b = load_policy(run, which), load_policy(out, which)
         jax.tree.map(np.testing.assert_array_equal, a.params, b.params)
-    again = subprocess.run(cli, capture_output=True, text=True, env=env, timeout=600)
-    assert again.returncode != 0 and "not empty" in again.stderr
-    twice = subprocess.run(cli[:-1] + [str(tmp_path / "other")], capture_output=True, text=True, env=env, timeout=600)
-    assert twice.returncode == 0
-    third = subprocess.run(cli[:-2] + [str(out), str(tmp_path / "third")], capture_output=True, text=True, env=env,
-                           timeout=600)
-    assert third.returncode != 0 and "already an exported controller" in third.stderr
+    capsys.readouterr()
+    assert cli.main(["export", str(run), str(out)]) != 0 and "not empty" in capsys.readouterr().err
+    assert cli.main(["export", str(run), str(tmp_path / "other")]) == 0
+    assert cli.main(["export", str(out), str(tmp_path / "third")]) != 0
+    assert "already an exported controller" in capsys.readouterr().err
 
 
 def test_zoo_table_and_figure(tmp_path):
@@ -119,3 +116,8 @@ def test_eval_cli_lifts_the_training_cap_and_refuses_other_overrides(tmp_path):
     bad = subprocess.run(base + ["--hidden_sizes=[64]"], capture_output=True, text=True, cwd=tmp_path,
                          env=env, timeout=600)
     assert bad.returncode == 2 and "hidden_sizes" in bad.stderr, bad.stderr
+
+
+def test_shipped_results_name_no_path_of_the_machine_that_ran_them():
+    for controller in CONTROLLERS:
+        assert "run_dir" not in json.loads((controller / "result.json").read_text()), controller

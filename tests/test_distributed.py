@@ -33,8 +33,8 @@ def popeval(args: list[str], cwd: Path, devices: int | None = None,
 
 
 def launch(processes: int, devices: int, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return popeval(["launch", f"--processes={processes}", f"--devices-per-process={devices}",
-                    f"--log-dir={cwd / 'logs'}", "--", "evolve", *args], cwd)
+    return popeval(["launch", f"--processes={processes}", f"--devices_per_process={devices}",
+                    f"--log_dir={cwd / 'logs'}", "--", "evolve", *args], cwd)
 
 
 def free_port() -> int:

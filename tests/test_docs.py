@@ -27,7 +27,7 @@ EXPECTED = {
     "README.md": ["(16, 4) (16, 4)"],
     "docs/index.md": ["(16, 4) (16, 4)"],
     "docs/environments.md": ["'final_observation'"],
-    "docs/rollouts.md": ["(8, 4, 50, 3) (8, 4) (8, 4)", "3200.0", "(2, 3, 4)"],
+    "docs/rollouts.md": ["(8, 4, 50, 3) (8, 4) (8, 4)", "3200.0", "(2, 3, 4)", "(8, 4) (8, 3, 1)"],
     "docs/evolve.md": ["\n2\n"],
 }
 

@@ -127,7 +127,7 @@ def test_script_quick_learns_and_times_the_anchor(tmp_path):
     run_dir = tmp_path / "run"
     out = subprocess.run(
         [sys.executable, "experiments/dqn.py", "--config", str(CONFIG), "--quick", "--anchor",
-         "--anchor-steps", "1400", "--run-dir", str(run_dir), "--wandb", "disabled", "seed=1"],
+         "--anchor_steps", "1400", "--run_dir", str(run_dir), "--wandb", "disabled", "--seed=1"],
         cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "solved (>= 475.0):" in out.stdout and "compiled/anchor" in out.stdout

@@ -71,7 +71,7 @@ NOT_LIBRARY = ("popeval/benchmark*", "*/benchmarks/*", "*/agents/*", "*_seed.py"
                "popeval/suites/*", "experiments/*")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def wheel(tmp_path_factory) -> Path:
     """A wheel built from a copy of this tree (the repository is not written to), once."""
     tmp = tmp_path_factory.mktemp("wheel")

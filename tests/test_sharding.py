@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from conftest import read_metrics, subprocess_env
+from conftest import computed_once, read_metrics, subprocess_env
 
 from popeval import checkpoint
 
@@ -67,24 +67,30 @@ GROUPS = [pytest.param((TINY_NAMES, (1, 3)), id="tiny"),
           pytest.param((("cartpole_shipped",), DEVICE_COUNTS), id="cartpole_shipped", marks=pytest.mark.slow)]
 
 
-@pytest.fixture(scope="module", params=GROUPS)
+@pytest.fixture(scope="session", params=GROUPS)
 def runs(request, tmp_path_factory):
     """`(names, {devices: directory})`: a group's configs run once per device count (processes in
     parallel)."""
     names, counts = request.param
-    env = subprocess_env()
-    dirs, procs = {}, {}
-    for n in counts:
-        dirs[n] = tmp_path_factory.mktemp(f"devices{n}")
-        procs[n] = subprocess.Popen(
-            [sys.executable, "-c", SCRIPT, json.dumps({name: CONFIGS[name] for name in names})], cwd=dirs[n],
-            env={**env, "JAX_NUM_CPU_DEVICES": str(n)}, text=True,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        )
-    for n, proc in procs.items():
-        out, _ = proc.communicate(timeout=600)
-        assert proc.returncode == 0, f"{n} device(s):\n{out}"
-    return names, dirs
+
+    def compute(directory):
+        env = subprocess_env()
+        dirs, procs = {}, {}
+        for n in counts:
+            dirs[n] = directory / f"devices{n}"
+            dirs[n].mkdir()
+            procs[n] = subprocess.Popen(
+                [sys.executable, "-c", SCRIPT, json.dumps({name: CONFIGS[name] for name in names})], cwd=dirs[n],
+                env={**env, "JAX_NUM_CPU_DEVICES": str(n)}, text=True,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            )
+        for n, proc in procs.items():
+            out, _ = proc.communicate(timeout=600)
+            assert proc.returncode == 0, f"{n} device(s):\n{out}"
+        return {str(n): str(d) for n, d in dirs.items()}
+
+    dirs = computed_once(tmp_path_factory, f"sharding-{request.param_index}", compute)
+    return names, {int(n): Path(d) for n, d in dirs.items()}
 
 
 @pytest.mark.xdist_group("sharding-runs")  # one worker runs the fixture
@@ -190,17 +196,22 @@ WRAPPER_SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.fixture(scope="module", params=WRAPPER_PARAMS)
-def wrapper_runs(request):
+@pytest.fixture(scope="session", params=WRAPPER_PARAMS)
+def wrapper_runs(request, tmp_path_factory):
     """`(name, {devices: results})`: population_fitness / population_rollout of P=10 members (5+5
     on 2 devices, 3+3+4 on 3) with `devices=` each count, in one interpreter with four CPU devices."""
     name, counts = request.param[0], json.dumps(request.param[1])
-    env = {**subprocess_env(), "JAX_NUM_CPU_DEVICES": str(max(WRAPPER_DEVICE_COUNTS))}
-    case = json.dumps({name: WRAPPER_CASES[name]})
-    out = subprocess.run([sys.executable, "-c", WRAPPER_SCRIPT, case, counts], env=env,
-                         text=True, capture_output=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return name, {int(n): results[name] for n, results in json.loads(out.stdout.strip().splitlines()[-1]).items()}
+
+    def compute(directory):
+        env = {**subprocess_env(), "JAX_NUM_CPU_DEVICES": str(max(WRAPPER_DEVICE_COUNTS))}
+        case = json.dumps({name: WRAPPER_CASES[name]})
+        out = subprocess.run([sys.executable, "-c", WRAPPER_SCRIPT, case, counts], env=env,
+                             text=True, capture_output=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    results = computed_once(tmp_path_factory, f"wrapper-{request.param_index}", compute)
+    return name, {int(n): by_name[name] for n, by_name in results.items()}
 
 
 def test_wrapper_results_identical_across_device_counts(wrapper_runs):

@@ -12,6 +12,7 @@ environment's class hierarchy through those tables. `kit` holds the drawing prim
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ import numpy as np
 from . import bsuite, classic_control, minatar, misc
 from .kit import caption
 
-__all__ = ["Visualizer", "render", "save_gif"]
+__all__ = ["Visualizer", "encode_gif", "image_format", "render", "save_gif"]
 
 _FAMILIES = (classic_control, minatar, bsuite, misc)
 
@@ -96,16 +97,13 @@ def render(env, params, states) -> list[np.ndarray]:
     return [paint(env, params, pick(t), obs[t]) for t in range(num)]
 
 
-def save_gif(frames: Sequence[np.ndarray], path, fps: float = 30) -> Path:
-    """Writes frames as an animated GIF that loops forever (Pillow, no ffmpeg).
+def encode_gif(frames: Sequence[np.ndarray], fps: float = 30, image_format: str = "GIF") -> bytes:
+    """Frames as the bytes of an animated GIF that loops forever (Pillow, no ffmpeg).
 
     Each frame shows for `round(1000 / fps)` ms (GIF stores hundredths of a second, so
     `fps` of 100, 50, 25, 20, 10 ... are exact). Pillow stores a run of identical consecutive
     frames as one frame shown for their summed duration, so the file may hold fewer frames
     than `frames` while playing for the same time.
-
-    Returns:
-        The path written (parent folders are created).
     """
     from PIL import Image
 
@@ -120,10 +118,33 @@ def save_gif(frames: Sequence[np.ndarray], path, fps: float = 30) -> Path:
     if not fps > 0:
         raise ValueError(f"save_gif: fps must be positive, got {fps}")
     images = [Image.fromarray(f.astype(np.uint8), "RGB") for f in frames]
+    encoded = io.BytesIO()
+    images[0].save(encoded, image_format, save_all=True, append_images=images[1:], duration=round(1000 / fps),
+                   loop=0)
+    return encoded.getvalue()
+
+
+def image_format(path: str | Path) -> str:
+    """Pillow's format for `path`'s extension (`"GIF"` for `.gif`); `ValueError` if it has none."""
+    from PIL import Image
+
     path = Path(path)
+    found = Image.registered_extensions().get(path.suffix.lower())
+    if found is None:
+        raise ValueError(f"save_gif: {path}: unknown file extension {path.suffix!r} (use .gif)")
+    return found
+
+
+def save_gif(frames: Sequence[np.ndarray], path, fps: float = 30) -> Path:
+    """Writes frames as an animated GIF that loops forever (`encode_gif`).
+
+    Returns:
+        The path written (parent folders are created).
+    """
+    path = Path(path)
+    data = encode_gif(frames, fps, image_format(path))
     path.parent.mkdir(parents=True, exist_ok=True)
-    duration = round(1000 / fps)
-    images[0].save(path, save_all=True, append_images=images[1:], duration=duration, loop=0)
+    path.write_bytes(data)
     return path
 
 

@@ -40,6 +40,11 @@ _LAZY.update({
 def __getattr__(name):  # each adapter imports its suite only when first asked for
     if name in _LAZY:
         import importlib
+        import importlib.util
 
+        suite = _LAZY[name].rsplit(".", 1)[1]  # the adapter module is named after its suite
+        if importlib.util.find_spec(suite) is None:
+            raise ModuleNotFoundError(f"{name} needs the {suite} package, which is not installed: "
+                                      f'pip install "popeval[suites]"', name=suite)
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

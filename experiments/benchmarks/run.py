@@ -1,6 +1,6 @@
 """Population-evaluation benchmark: popeval against gymnax's best case and the machine's limit.
 
-    python experiments/benchmark.py [--quick] [--envs ...] [--pop-sizes ...] [--devices N ...] [--out FILE]
+    python experiments/benchmark.py [--quick] [--envs ...] [--pop_sizes ...] [--devices N ...] [--out FILE]
 
 Rows per workload and population size (the programs: `benchmarks.programs`), then two memory
 checks of the fitness path. What each row and column measures: experiments/README.md. Compare rows of one run.
@@ -58,7 +58,7 @@ COLUMNS = {  # what the result rows' numbers are
     "times_s": f"the timed calls (one, the warm-up, when it took over {SLOW_CALL_S:.0f} s)",
     "compile_s": "trace + lower + compile seconds", "devices": "devices the program runs on",
     "parts": "pieces a device run side by side on threads (RolloutWrapper's threads; one program each)",
-    "load_before": "1-minute load average when the workload started (after --quiet-below's wait)",
+    "load_before": "1-minute load average when the workload started (after --quiet_below's wait)",
     "env_steps": "steps before done (fused limit: all P*B*T steps)", "steps_per_s": "env_steps / time_s",
     "min_length": "shortest episode (steps before done)", "mem_bytes": "XLA temp + output bytes, all devices and parts",
     "live_over_limit": "steps_per_s / the fused limit's steps_per_s at the same device count (popeval rows)",
@@ -173,7 +173,7 @@ def device_rows(devices: int, workloads: list[str], argv: list[str]) -> list[dic
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "rows.json"
         cmd = [sys.executable, str(ENTRY), *argv, "--envs", *workloads, "--devices", str(devices),
-               "--no-memory-check", "--no-eager-check", "--out", str(out)]
+               "--no_memory_check", "--no_eager_check", "--out", str(out)]
         if subprocess.run(cmd, check=False, env=env, stdout=subprocess.PIPE).returncode:
             raise RuntimeError(f"the devices={devices} benchmark process failed (its output is above)")
         return json.loads(out.read_text())["results"]
@@ -202,7 +202,7 @@ def format_table(rows: list[dict]) -> str:
                  "over the fused limit's at the same device count. x gymnax best: gymnax best case time / time. x same "
                  "opts: gymnax best case compiled with popeval's XLA options (popeval.compiler) time / time. "
                  "mem MB: XLA temp + output buffers, all devices (not RSS). min len: shortest episode. not run "
-                 "(memory): compiled only, its buffers exceed --max-mem-mb.")
+                 "(memory): compiled only, its buffers exceed --max_mem_mb.")
     return "\n".join(lines)
 
 
@@ -214,8 +214,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=None, help="timed calls per row, median reported (default 5)")
     p.add_argument("--envs", nargs="+", default=None, metavar="WORKLOAD",
                    help=f"environment ids (a fresh population) or '{bp.TRAINED}' (default: {', '.join(WORKLOADS)})")
-    p.add_argument("--pop-sizes", nargs="+", type=int, default=None, help="default: 64 512")
-    p.add_argument("--num-rollouts", type=int, default=None, help="episodes per member B (default 8)")
+    p.add_argument("--pop_sizes", "--pop-sizes", nargs="+", type=int, default=None, help="default: 64 512")
+    p.add_argument("--num_rollouts", "--num-rollouts", type=int, default=None, help="episodes per member B (default 8)")
     p.add_argument("--devices", nargs="+", type=int, default=None, metavar="N",
                    help=f"device counts; each but this process's count (the default) re-runs the rows {DEVICE_ROWS} "
                         "in a subprocess with JAX_NUM_CPU_DEVICES=N")
@@ -224,11 +224,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "default: the cores per device; 1: one program per device)")
     p.add_argument("--impls", nargs="+", default=list(bp.IMPLS), choices=bp.IMPLS, metavar="IMPL",
                    help="only these rows (default: all)")
-    p.add_argument("--quiet-below", type=float, default=None, metavar="LOAD",
+    p.add_argument("--quiet_below", "--quiet-below", type=float, default=None, metavar="LOAD",
                    help="before each workload, wait (up to 5 minutes) until the 1-minute load average is below LOAD")
-    p.add_argument("--no-memory-check", action="store_true")
-    p.add_argument("--no-eager-check", action="store_true", help="skip the eager env.step loop timings")
-    p.add_argument("--max-mem-mb", type=float, default=3072.0,
+    p.add_argument("--no_memory_check", "--no-memory-check", action="store_true")
+    p.add_argument("--no_eager_check", "--no-eager-check", action="store_true",
+                   help="skip the eager env.step loop timings")
+    p.add_argument("--max_mem_mb", "--max-mem-mb", type=float, default=3072.0,
                    help="compile but do not run programs whose XLA buffers exceed this (default 3072)")
     return p.parse_args(argv)
 
@@ -254,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     local = jax.local_device_count()
     devices = list(dict.fromkeys(args.devices or [local]))
     if min(*pop_sizes, num_rollouts, repeats, *devices, 1 if args.threads is None else args.threads) < 1:
-        raise SystemExit("--pop-sizes, --num-rollouts, --repeats, --devices and --threads take integers >= 1")
+        raise SystemExit("--pop_sizes, --num_rollouts, --repeats, --devices and --threads take integers >= 1")
     if os.environ.get(_CHILD) and int(os.environ[_CHILD]) != local:
         raise SystemExit(f"this benchmark process was started for {os.environ[_CHILD]} devices but has {local}")
     load_start = os.getloadavg() if hasattr(os, "getloadavg") else None
@@ -268,9 +269,9 @@ def main(argv: list[str] | None = None) -> int:
             rows.extend({**row, "load_before": load} for row in bench_workload(
                 workload, num_steps, pop_size, num_rollouts, repeats, args.max_mem_mb * MB, tuple(args.impls), log,
                 args.threads))
-    shared = [*(["--quick"] if args.quick else []), "--pop-sizes", *map(str, pop_sizes), "--num-rollouts",
-              str(num_rollouts), "--repeats", str(repeats), "--max-mem-mb", str(args.max_mem_mb)]
-    shared += [] if args.quiet_below is None else ["--quiet-below", str(args.quiet_below)]
+    shared = [*(["--quick"] if args.quick else []), "--pop_sizes", *map(str, pop_sizes), "--num_rollouts",
+              str(num_rollouts), "--repeats", str(repeats), "--max_mem_mb", str(args.max_mem_mb)]
+    shared += [] if args.quiet_below is None else ["--quiet_below", str(args.quiet_below)]
     shared += [] if args.threads is None else ["--threads", str(args.threads)]
     shared += ["--impls", *(i for i in DEVICE_ROWS if i in args.impls)]
     for n in devices:

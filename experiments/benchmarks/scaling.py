@@ -105,7 +105,7 @@ def time_layout(config_path: Path, processes: int, devices: int, generations: in
         cmd = [sys.executable, "-m", "popeval", *args]
     else:
         cmd = [sys.executable, "-m", "popeval", "launch", f"--processes={processes}",
-               f"--devices-per-process={devices}", f"--log-dir={run_dir}-logs", "--", *args]
+               f"--devices_per_process={devices}", f"--log_dir={run_dir}-logs", "--", *args]
     t0 = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0
@@ -151,8 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--layouts", nargs="+", default=list(LAYOUTS), help="PROCESSESxDEVICES each (default: %(default)s)")
     p.add_argument("--generations", type=int, default=12)
     p.add_argument("--quick", action="store_true", help="2 layouts, 5 generations, a small memory case")
-    p.add_argument("--no-memory", action="store_true", help="skip the sharded_sampling memory comparison")
-    p.add_argument("--no-run", action="store_true", help="compile the memory case only (do not run it)")
+    p.add_argument("--no_memory", "--no-memory", action="store_true",
+                   help="skip the sharded_sampling memory comparison")
+    p.add_argument("--no_run", "--no-run", action="store_true", help="compile the memory case only (do not run it)")
     p.add_argument("--out", default="bench_results/scaling.json")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args(argv)

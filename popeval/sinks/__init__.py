@@ -13,13 +13,15 @@ may keep what a resumed run needs in `info.meta` under its own key (W&B keeps it
 `meta` is saved with every checkpoint.
 
 Library code returns flat metric dicts; only this package imports wandb, matplotlib and tqdm.
-W&B runs offline automatically when no API key is configured, and any W&B failure logs one
-warning and is then ignored: it never stops a run.
+W&B runs offline automatically when no API key is configured (also when `online` is asked
+for: it says so), any W&B failure logs one warning and is then ignored: it never stops a run,
+and its close waits at most a few seconds (`POPEVAL_WANDB_CLOSE_TIMEOUT`).
 """
 
 from .base import RunInfo, Sink
 from .files import (
     CURVE_PNG,
+    FINAL_COLUMNS,
     FITNESS_PNG,
     METRICS_CSV,
     CSVSink,
@@ -33,4 +35,5 @@ from .progress import LogSink, ProgressSink
 from .weights_and_biases import WandbSink, wandb_mode
 
 __all__ = ["RunInfo", "Sink", "CSVSink", "PlotSink", "CurveSink", "WandbSink", "ProgressSink", "LogSink",
-           "read_metrics", "plot_fitness", "plot_curves", "wandb_mode", "METRICS_CSV", "FITNESS_PNG", "CURVE_PNG"]
+           "read_metrics", "plot_fitness", "plot_curves", "wandb_mode", "METRICS_CSV", "FITNESS_PNG", "CURVE_PNG",
+           "FINAL_COLUMNS"]

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import csv
+import io
+import logging
 import math
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from .base import RunInfo
 
 __all__ = ["CSVSink", "PlotSink", "CurveSink", "plot_fitness", "plot_curves", "read_metrics", "METRICS_CSV",
-           "FITNESS_PNG", "CURVE_PNG"]
+           "FITNESS_PNG", "CURVE_PNG", "FINAL_COLUMNS"]
+
+log = logging.getLogger("popeval")
 
 METRICS_CSV = "metrics.csv"
 FITNESS_PNG = "fitness.png"
@@ -19,57 +24,190 @@ CURVE_PNG = "curve.png"
 
 
 def read_metrics(path: str | os.PathLike) -> list[dict[str, str]]:
-    """The rows of a `metrics.csv` (empty when it does not exist)."""
+    """The rows of a `metrics.csv` (empty when it does not exist); bytes that are not UTF-8
+    read as U+FFFD, so a damaged file is still read."""
     path = Path(path)
     if not path.exists():
         return []
-    with open(path, newline="") as f:
+    with open(path, newline="", encoding="utf-8", errors="replace") as f:
         return list(csv.DictReader(f))
 
 
 class CSVSink:
     """Appends one row per generation to `RUN/metrics.csv` (columns fixed by the first row).
 
-    A resumed run first rewrites the file with the rows up to the checkpoint it restarts from,
-    dropping later rows and any damaged row (a partial last line left by a full disk or a kill).
+    A resumed run repairs the file from the checkpoint's generation count
+    (`RunInfo.start_generation`) when it writes its first row (or closes):
+
+    - rows past the checkpoint are dropped (the resumed run writes them again);
+    - damaged rows (missing or extra fields, no whole generation number, bytes that are not
+      UTF-8) are dropped and named by line in one warning, the original file kept as
+      `metrics.csv.damaged`; of a duplicated generation the last row is kept, with a warning;
+    - a damaged header is rebuilt from the names of the metrics logged, when the rows have as
+      many fields; otherwise nothing in the file can be placed, and it is moved aside to
+      `metrics.csv.damaged` (the checkpoint is intact, so the run goes on) with a warning;
+    - the final evaluation's columns (`FINAL_COLUMNS`) of the rows kept are cleared: the run
+      continues past the generation that was its last.
+
+    Rewrites go through a temporary file and a rename, appends through `O_NOFOLLOW`: no write
+    follows a symbolic link out of the run directory.
     """
 
     def __init__(self, filename: str = METRICS_CSV):
         self.filename = filename
         self.path: Path | None = None
         self.columns: list[str] | None = None
+        self._found: _FoundCSV | None = None
 
     def start(self, info: RunInfo) -> None:
         self.path = info.run_dir / self.filename
-        if not self.path.exists():
-            return
-        with open(self.path, newline="") as f:  # resuming
-            reader = csv.DictReader(f)
-            self.columns = list(reader.fieldnames or []) or None
-            rows = [r for r in reader if _intact(r) and _generation(r) <= info.start_generation]
-        self._write_all(rows)
-
-    def _write_all(self, rows: list[dict]) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "w", newline="") as f:
-            if self.columns:
-                w = csv.DictWriter(f, fieldnames=self.columns)
-                w.writeheader()
-                w.writerows(rows)
-        os.replace(tmp, self.path)
+        self.columns, self._found = None, None
+        if os.path.lexists(self.path):  # resuming
+            self._found = _FoundCSV(self.path, info.start_generation)
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
-        new = self.columns is None
-        if new:
-            self.columns = list(metrics)
-        with open(self.path, "a", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=self.columns, extrasaction="ignore")
-            if new:
-                w.writeheader()
-            w.writerow({k: metrics.get(k, "") for k in self.columns})
+        if self.columns is None:
+            self._open(list(metrics))
+        out = io.StringIO()
+        csv.DictWriter(out, fieldnames=self.columns, extrasaction="ignore").writerow(
+            {k: metrics.get(k, "") for k in self.columns})
+        _append(self.path, out.getvalue())
 
     def close(self) -> None:
-        pass
+        if self.columns is None and self._found is not None and self._found.usable_header():
+            self._open(self._found.header)  # resumed, nothing logged: the file is still repaired
+
+    def _open(self, names: list[str]) -> None:
+        """Fixes the columns, and writes the header (with the repaired rows when resuming)."""
+        found, self._found = self._found, None
+        if found is None:
+            self.columns = names
+            _append(self.path, _csv_text([names]))
+            return
+        self.columns, rows, notes, damaged = found.repair(names)
+        from popeval.checkpoint import atomic_write  # the sinks package stays free of JAX imports
+
+        if damaged:
+            atomic_write(self.path.with_name(self.path.name + DAMAGED_SUFFIX), found.data)
+        atomic_write(self.path, _csv_text([self.columns, *rows]).encode())
+        if notes:
+            kept = f"; the original is kept in {self.path.name}{DAMAGED_SUFFIX}" if damaged else ""
+            log.warning("%s, resuming after generation %d: %s%s", self.path, found.start_generation,
+                        "; ".join(notes), kept)
+
+
+DAMAGED_SUFFIX = ".damaged"
+#: The run's final evaluation (`result.json`'s returns), filled in its last row only.
+FINAL_COLUMNS = ("eval/final_return", "eval/final_best_return")
+
+
+def _csv_text(rows: list[list[str]]) -> str:
+    out = io.StringIO()
+    csv.writer(out).writerows(rows)
+    return out.getvalue()
+
+
+def _append(path: Path, text: str) -> None:
+    """Appends to `path` (created if absent) without following a symbolic link."""
+    from popeval.checkpoint import open_append  # the sinks package stays free of JAX imports
+
+    with open_append(path) as f:
+        f.write(text)
+
+
+def _fields(line: bytes) -> list[str] | None:
+    """One CSV line's fields; None when it is not UTF-8 or not CSV (a stray carriage return)."""
+    try:
+        return next(csv.reader([line.decode("utf-8").removesuffix("\r")]), [])
+    except (UnicodeDecodeError, csv.Error):
+        return None
+
+
+def _whole_generation(text: str) -> int | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return int(value) if value.is_integer() and value >= 1 else None
+
+
+def _damage(fields: list[str] | None, width: int, at: int) -> str | None:
+    """What is wrong with a row (None: nothing); its generation is column `at`."""
+    if fields is None:
+        return "not UTF-8 CSV text"
+    if len(fields) != width:
+        return f"{len(fields)} fields, not {width}"
+    if _whole_generation(fields[at]) is None:
+        return f"generation {fields[at][:20]!r}"
+    return None
+
+
+class _FoundCSV:
+    """A `metrics.csv` a resumed run found: read at `start`, repaired by `repair` once the
+    names of the metrics are known."""
+
+    def __init__(self, path: Path, start_generation: int):
+        if path.is_symlink():
+            raise ValueError(f"{path}: a symbolic link; popeval writes no file through a link "
+                             "(move it away to resume the run)")
+        self.path, self.start_generation = path, start_generation
+        self.data = path.read_bytes()
+        lines = self.data.split(b"\n")
+        self.header = _fields(lines[0]) if lines[0].strip() else None
+        self.rows = [(n, _fields(line)) for n, line in enumerate(lines[1:], start=2) if line.strip()]
+        widths = Counter(len(f) for _, f in self.rows if f is not None)
+        self.width = widths.most_common(1)[0][0] if widths else None  # the rows' usual field count
+
+    def usable_header(self) -> bool:
+        """Names, none empty or repeated, including `generation`, as many as the rows' fields."""
+        h = self.header
+        return (h is not None and all(h) and len(set(h)) == len(h) and "generation" in h
+                and self.width in (None, len(h)))
+
+    def repair(self, names: list[str]) -> tuple[list[str], list[list[str]], list[str], bool]:
+        """`(columns, rows kept, what was repaired, whether damaged lines were dropped)` for a
+        run whose metrics are `names`."""
+        if not self.data.strip():  # created, then killed before its first write
+            return names, [], [], False
+        if self.usable_header():
+            columns, notes = self.header + [n for n in names if n not in self.header], []
+        elif self.width is None:  # no rows to place
+            return names, [], ["its damaged header was rebuilt from the metrics' names"], False
+        elif self.width == len(names) and "generation" in names:
+            columns, notes = list(names), ["its damaged header was rebuilt from the metrics' names"]
+        else:
+            return names, [], [f"could not be repaired (a damaged header, and rows of {self.width} fields where "
+                                f"this run logs {len(names)} metrics); it starts again at generation "
+                                f"{self.start_generation + 1}"], True
+        rows, damaged, duplicated = self._rows(columns)
+        if damaged:
+            notes.append(f"dropped damaged line{'s' if len(damaged) > 1 else ''} {', '.join(damaged)}")
+        if duplicated:
+            notes.append(f"kept the last row of duplicated generation(s) {', '.join(map(str, duplicated))}")
+        return columns, rows, notes, bool(damaged)
+
+    def _rows(self, columns: list[str]) -> tuple[list[list[str]], list[str], list[int]]:
+        """The intact rows up to the checkpoint in generation order (the last one of each
+        generation, padded to `columns`), the damaged lines (number and why) and the
+        generations that were duplicated."""
+        width, at = len(self.header) if self.usable_header() else len(columns), columns.index("generation")
+        finals = [i for i, c in enumerate(columns) if c in FINAL_COLUMNS]
+        kept: dict[int, list[str]] = {}
+        damaged, duplicated = [], []
+        for n, fields in self.rows:
+            why = _damage(fields, width, at)
+            if why:
+                damaged.append(f"{n} ({why})")
+                continue
+            generation = _whole_generation(fields[at])
+            if generation <= self.start_generation:
+                if generation in kept:
+                    duplicated.append(generation)
+                kept[generation] = fields + [""] * (len(columns) - width)
+        for fields in kept.values():
+            for i in finals:
+                fields[i] = "nan"
+        return [kept[g] for g in sorted(kept)], damaged, sorted(set(duplicated))
 
 
 def _generation(row: dict) -> float:
@@ -93,31 +231,52 @@ def _import_pyplot():
     return plt
 
 
+def _save(fig, path: str | os.PathLike) -> None:
+    """Writes `fig` through a temporary file and a rename (never through a symbolic link)."""
+    from popeval.checkpoint import atomic_write
+
+    out = io.BytesIO()
+    fig.savefig(out, format=Path(path).suffix.lstrip(".").lower() or "png", dpi=100)
+    atomic_write(Path(path), out.getvalue())
+
+
+def _number(text: str | None) -> float:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+#: The evaluations `plot_fitness` draws as points: column, label, matplotlib format, marker size.
+_EVALUATIONS = (("eval/return", "eval: mean policy", "o-", 3), ("eval/best_return", "eval: best policy", "s:", 3),
+                ("eval/final_return", "final evaluation: mean policy", "*", 12),
+                ("eval/final_best_return", "final evaluation: best policy", "X", 8))
+
+
 def plot_fitness(csv_path: str | os.PathLike, png_path: str | os.PathLike, title: str = "",
                  target: float | None = None) -> tuple[float, float] | None:
     """Draws the population's fitness (min-max band, mean), the best so far, the evaluations
-    of the mean and best policy and the target per generation into a PNG; returns its y-range
-    (None without rows)."""
+    of the mean and best policy (the run's final evaluation as large points) and the target per
+    generation into a PNG; returns its y-range (None without rows)."""
     rows = [r for r in read_metrics(csv_path) if _intact(r)]
     if not rows:
         return None
     plt = _import_pyplot()
     gen = [float(r["generation"]) for r in rows]
-    col = lambda k: [float(r[k]) if r.get(k, "") not in ("", "nan") else math.nan for r in rows]  # noqa: E731
+    col = lambda k: [_number(r.get(k)) for r in rows]  # noqa: E731
     fig, ax = plt.subplots(figsize=(8, 4))
     ax.fill_between(gen, col("fitness/min"), col("fitness/max"), alpha=0.2, label="population min-max")
     ax.plot(gen, col("fitness/mean"), label="population mean")
     ax.plot(gen, col("best/fitness"), label="best member so far", linestyle="--")
-    evaluations = (("eval/return", "eval: mean policy", "o-"), ("eval/best_return", "eval: best policy", "s:"))
-    for key, label, style in evaluations:
+    for key, label, style, size in _EVALUATIONS:
         points = [(g, v) for g, v in zip(gen, col(key)) if not math.isnan(v)]
         if points:
-            ax.plot(*zip(*points), style, markersize=3, label=label)
+            ax.plot(*zip(*points), style, markersize=size, label=label)
     if target is not None:
         ax.axhline(target, color="black", linewidth=0.8, linestyle="-.", label=f"target {target:g}")
     # The y-range covers the curves and the target; the min-max band is clipped to it, so one
     # diverging member's return does not squash the generations that matter.
-    shown = [v for k in ("fitness/mean", "best/fitness", "eval/return", "eval/best_return") for v in col(k)
+    shown = [v for k in ("fitness/mean", "best/fitness", *(e[0] for e in _EVALUATIONS)) for v in col(k)
              if math.isfinite(v)] + ([target] if target is not None else [])
     if shown:
         low, high = min(shown), max(shown)
@@ -128,7 +287,7 @@ def plot_fitness(csv_path: str | os.PathLike, png_path: str | os.PathLike, title
     ax.set_title(title)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     fig.tight_layout()
-    fig.savefig(png_path, dpi=100)
+    _save(fig, png_path)
     limits = ax.get_ylim()
     plt.close(fig)
     return limits
@@ -160,7 +319,7 @@ def plot_curves(csv_path: str | os.PathLike, png_path: str | os.PathLike, x: str
     """Draws the columns `ys` of a `metrics.csv` against its column `x` into a PNG (a training
     curve of an RL agent); returns whether there was anything to draw."""
     rows = read_metrics(csv_path)
-    num = lambda r, k: float(r[k]) if r.get(k) not in (None, "", "nan") else math.nan  # noqa: E731
+    num = lambda r, k: _number(r.get(k))  # noqa: E731
     rows = [r for r in rows if None not in r.values() and math.isfinite(num(r, x))]
     if not rows:
         return False
@@ -176,7 +335,7 @@ def plot_curves(csv_path: str | os.PathLike, png_path: str | os.PathLike, x: str
     ax.set_title(title)
     ax.legend(loc="best", fontsize="small")
     fig.tight_layout()
-    fig.savefig(png_path, dpi=100)
+    _save(fig, png_path)
     plt.close(fig)
     return True
 

@@ -38,7 +38,8 @@ class ProgressSink:
 
 class LogSink:
     """Progress as log lines, for output that is not a terminal (`| tee`, nohup, batch jobs):
-    one line every `every_seconds` seconds (and at the first and last generation)."""
+    a line when the run starts (the first generation waits for compilation, which can take a
+    minute), then one every `every_seconds` seconds (and at the first and last generation)."""
 
     def __init__(self, every_seconds: float = 30.0, logger: logging.Logger = log):
         self.every_seconds, self.logger = every_seconds, logger
@@ -48,6 +49,8 @@ class LogSink:
 
     def start(self, info: RunInfo) -> None:
         self._total = info.num_generations
+        self.logger.info("compiling generation %d/%d (or loading it from the compilation cache); then a line "
+                         "every %g s", info.start_generation + 1, self._total, self.every_seconds)
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         now = time.monotonic()

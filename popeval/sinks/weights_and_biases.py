@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
+import queue
+import re
+import threading
 import uuid
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Any
 
 from .base import RunInfo
 
-__all__ = ["WandbSink", "wandb_mode"]
+__all__ = ["WandbSink", "wandb_mode", "CLOSE_TIMEOUT"]
 
 log = logging.getLogger("popeval")
 
@@ -35,28 +37,71 @@ def wandb_mode(requested: str) -> str:
     return "offline"
 
 
+#: How long `WandbSink.close` waits for W&B by default (seconds); `POPEVAL_WANDB_CLOSE_TIMEOUT`
+#: overrides it. W&B uploads what it missed later (`wandb sync`), so the run need not wait.
+CLOSE_TIMEOUT = 5.0
+#: Set once a `close` gave up waiting: the process then does not wait for W&B's service at exit.
+gave_up = threading.Event()
+_NO_API_KEY = re.compile(r"api[ _]?key", re.IGNORECASE)  # W&B's UsageError without a key, in every version
+
+
+def close_timeout_from_env() -> float:
+    """`POPEVAL_WANDB_CLOSE_TIMEOUT` in seconds, else `CLOSE_TIMEOUT`."""
+    text = os.environ.get("POPEVAL_WANDB_CLOSE_TIMEOUT", "").strip()
+    if not text:
+        return CLOSE_TIMEOUT
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value >= 0:
+        raise ValueError(f"POPEVAL_WANDB_CLOSE_TIMEOUT must be a number of seconds >= 0, got {text!r}")
+    return value
+
+
+def _quiet_init(wandb, **kwargs):
+    """`wandb.init` without W&B's own traceback on its logger when it fails: the caller says
+    what happened in one line (the fallback to offline, or "W&B disabled")."""
+    logger = logging.getLogger("wandb")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        return wandb.init(**kwargs)
+    finally:
+        logger.setLevel(level)
+
+
 class WandbSink:
     """W&B logging into `RUN/wandb` (offline runs: `RUN/wandb/offline-run-*`, uploaded later with
     `wandb sync RUN/wandb/offline-run-*`).
 
-    Every W&B call runs on this sink's own thread, so a slow or unreachable W&B service never
-    holds up the evolve loop; `close` waits at most `close_timeout` seconds for it. Any failure
-    logs one warning and turns the sink off. The run's W&B id is chosen up front and kept in
-    the checkpoint's metadata (`wandb_id`), so a resumed run continues the same W&B run.
+    Every W&B call runs on this sink's own (daemon) thread, so a slow or unreachable W&B service
+    never holds up the evolve loop, nor the end of the process; `close` waits at most
+    `close_timeout` seconds for it (default `POPEVAL_WANDB_CLOSE_TIMEOUT`, else 5). Any failure
+    logs one warning and turns the sink off; `online` without an API key falls back to
+    offline, saying so in one line. The run's W&B id is chosen up front and kept in the
+    checkpoint's metadata (`wandb_id`), so a resumed run continues the same W&B run.
     """
 
     META_KEY = "wandb_id"
 
-    def __init__(self, mode: str = "auto", project: str = "popeval", close_timeout: float = 60.0):
+    def __init__(self, mode: str = "auto", project: str = "popeval", close_timeout: float | None = None):
         self.mode = wandb_mode(mode)
         self.project = project
-        self.close_timeout = close_timeout
+        self.close_timeout = close_timeout_from_env() if close_timeout is None else float(close_timeout)
         self.run = None
-        self._worker = None
+        self._queue: queue.SimpleQueue | None = None
+        self._closed = threading.Event()
+        self._dir: Path | None = None  # RUN/wandb
 
     def _call(self, fn, *args) -> None:
-        if self._worker is not None:
-            self._worker.submit(self._guarded, fn, *args)
+        if self._queue is not None:
+            self._queue.put((fn, args))
+
+    def _work(self, calls: queue.SimpleQueue) -> None:
+        for fn, args in iter(calls.get, None):
+            self._guarded(fn, *args)
+        self._closed.set()
 
     def _guarded(self, fn, *args) -> None:
         if fn != self._init and self.run is None:  # nothing to do once W&B is off
@@ -64,17 +109,24 @@ class WandbSink:
         try:
             fn(*args)
         except Exception as e:  # noqa: BLE001 - W&B must never stop a run
-            log.warning("W&B disabled for this run (%s: %s)", type(e).__name__, e)
+            log.warning("W&B disabled for this run (%s: %s)", type(e).__name__, " ".join(str(e).split()))
             self.run = None
 
     def _init(self, info: RunInfo, run_id: str, resuming: bool) -> None:
         import wandb
 
-        self.run = wandb.init(
-            project=self.project, dir=str(info.run_dir), config=info.config, mode=self.mode,
-            name=info.name, id=run_id, resume="allow" if resuming else None, reinit=True,
-            settings=wandb.Settings(init_timeout=60),
-        )
+        kwargs = dict(project=self.project, dir=str(info.run_dir), config=info.config, name=info.name, id=run_id,
+                      resume="allow" if resuming else None, reinit=True, settings=wandb.Settings(init_timeout=60))
+        try:
+            self.run = _quiet_init(wandb, mode=self.mode, **kwargs)
+        except Exception as e:
+            if self.mode != "online" or not _NO_API_KEY.search(str(e)):
+                raise
+            where = info.run_dir / "wandb"
+            log.warning("W&B: no API key configured (`wandb login` or WANDB_API_KEY), so this run logs offline "
+                        "to %s; upload it later with `wandb sync %s`", where, where / "offline-run-*")
+            self.mode = "offline"
+            self.run = wandb.init(mode=self.mode, **kwargs)
 
     def start(self, info: RunInfo) -> None:
         if self.mode == "disabled":
@@ -82,7 +134,10 @@ class WandbSink:
         resume_id = info.meta.get(self.META_KEY)
         run_id = resume_id or uuid.uuid4().hex[:12]
         info.meta[self.META_KEY] = run_id
-        self._worker = ThreadPoolExecutor(1, thread_name_prefix="popeval-wandb")
+        self._dir = info.run_dir / "wandb"
+        self._queue = queue.SimpleQueue()
+        self._closed.clear()
+        threading.Thread(target=self._work, args=(self._queue,), name="popeval-wandb", daemon=True).start()
         self._call(self._init, info, run_id, resume_id is not None)
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
@@ -90,12 +145,12 @@ class WandbSink:
         self._call(lambda: self.run.log(values, step=step))
 
     def close(self) -> None:
-        if self._worker is None:
+        if self._queue is None:
             return
-        worker, self._worker = self._worker, None
-        finished = worker.submit(self._guarded, lambda: self.run.finish())  # after everything queued
-        worker.shutdown(wait=False)
-        try:
-            finished.result(timeout=self.close_timeout)
-        except FutureTimeout:
-            log.warning("W&B did not finish within %.0f s; its files may be incomplete", self.close_timeout)
+        calls, self._queue = self._queue, None
+        calls.put((lambda: self.run.finish(), ()))  # after everything queued
+        calls.put(None)
+        if not self._closed.wait(self.close_timeout):
+            gave_up.set()
+            log.warning("W&B did not finish within %g s (POPEVAL_WANDB_CLOSE_TIMEOUT sets the wait); what it has "
+                        "not uploaded stays in %s, for `wandb sync`", self.close_timeout, self._dir)

@@ -90,9 +90,9 @@ def test_gymnax_preset_matches_gymnax_spaces():
             continue
         env, params = make(env_id, compat="gymnax")
         genv, gparams = gymnax.make(env_id)
-        # The observations themselves (gymnax declares int32 for Catch's float32 boards).
-        ours = env.reset(jax.random.key(0), params)[0]
-        theirs = genv.reset(jax.random.key(0), gparams)[0]
+        # The observations themselves (gymnax declares int32 for Catch's float32 boards), traced only.
+        ours = jax.eval_shape(env.reset, jax.random.key(0), params)[0]
+        theirs = jax.eval_shape(genv.reset, jax.random.key(0), gparams)[0]
         same = (ours.shape, ours.dtype) == (theirs.shape, theirs.dtype)
         assert same != (env_id in OBS_DIFFER), (env_id, ours, theirs)
         if env_id.endswith("-MinAtar") or env_id in {"Catch-bsuite", "DeepSea-bsuite"}:

@@ -395,6 +395,7 @@ def test_getting_started_notebook_gives_gymnax_numbers(monkeypatch):
     assert actual["single_rollout"][-1].shape == (1,) and actual["population_rollout"][-1].shape == (5, 10, 1)
 
 
+@pytest.mark.slow  # the gymnax-spaces run of the notebook covers the default tier
 def test_getting_started_notebook_with_popeval_spaces(monkeypatch):
     """With popeval's own spaces (`SixValueStep(env)`), the notebook runs as well and gives
     the same shapes and dtypes; sampled actions differ (popeval's `Box.sample` draws

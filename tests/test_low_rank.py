@@ -264,6 +264,7 @@ def test_bad_factors_and_arguments_are_refused_in_a_line(pendulum):
         wrapper.population_fitness(keys, LowRankPopulation.from_key(other, jax.random.key(0), 0.1, pop_size=4))
 
 
+@pytest.mark.slow  # the library's update is tested in test_eggroll.py; docs/rollouts.md runs the loop
 def test_eggroll_example_learns_cartpole():
     """`experiments/eggroll_es.py`: its generation (draws, `population_fitness` of a
     `LowRankPopulation` inside `jax.jit`, the update) reaches a return of 400 in 20 generations."""

@@ -41,8 +41,9 @@ def test_reference_reproduces_its_config_line(name):
     assert abs(value - target) <= 0.5 * 10.0**-digits + 1e-9, f"{name}: {player} {value} vs the config's {target}"
 
 
-@pytest.mark.parametrize("name, floor", [("freeway_minatar", 60.0), ("space_invaders_minatar", 20.0),
-                                         ("seaquest_minatar", 1.5)])
+@pytest.mark.parametrize("name, floor", [("freeway_minatar", 60.0),
+                                         pytest.param("space_invaders_minatar", 20.0, marks=pytest.mark.slow),
+                                         pytest.param("seaquest_minatar", 1.5, marks=pytest.mark.slow)])
 def test_minatar_players_beat_random_play(name, floor):
     """Random play earns 0.45 (Freeway), 3.9 (SpaceInvaders) and 0.09 (Seaquest)."""
     (player, value, _), = references.measure(name, episodes=8, others=False)

@@ -59,7 +59,7 @@ def solved(tmp_path_factory):
     return Path(cold_dir), cold, Path(warm_dir), warm, logs, Path(cache)
 
 
-@pytest.mark.xdist_group("cli-solved")  # one worker, where --dist loadgroup groups (experiments/README.md, test tiers)
+@pytest.mark.xdist_group("cli-solved")  # one worker where --dist loadgroup groups
 def test_shipped_cartpole_config_reaches_its_target(solved):
     run_dir, summary, *_ = solved
     with open(run_dir / "metrics.csv", newline="") as f:
@@ -78,7 +78,7 @@ def without_timing(tree):
     return tree
 
 
-@pytest.mark.xdist_group("cli-solved")  # one worker, where --dist loadgroup groups (experiments/README.md, test tiers)
+@pytest.mark.xdist_group("cli-solved")  # one worker where --dist loadgroup groups
 def test_a_warm_compilation_cache_changes_nothing_but_time(solved):
     cold_dir, cold, warm_dir, warm, logs, cache = solved
     assert any(cache.iterdir()), "the first run left nothing in the compilation cache"
@@ -90,7 +90,7 @@ def test_a_warm_compilation_cache_changes_nothing_but_time(solved):
     assert (cold_dir / "checkpoint.msgpack").read_bytes() == (warm_dir / "checkpoint.msgpack").read_bytes()
 
 
-@pytest.mark.xdist_group("cli-solved")  # one worker, where --dist loadgroup groups (experiments/README.md, test tiers)
+@pytest.mark.xdist_group("cli-solved")  # one worker where --dist loadgroup groups
 def test_cli_runs_on_one_cpu_device_unless_asked(solved):
     _, summary, *_ = solved
     assert summary["devices"] == 1  # its generation's pieces run on threads over every core
@@ -119,7 +119,7 @@ def test_cli_keeps_the_device_count_the_user_chose(tmp_path, chosen):
     assert result.stdout.splitlines()[-1] == expected, result.stdout + result.stderr
 
 
-@pytest.mark.xdist_group("cli-solved")  # one worker, where --dist loadgroup groups (experiments/README.md, test tiers)
+@pytest.mark.xdist_group("cli-solved")  # one worker where --dist loadgroup groups
 def test_eval_prints_the_returns_of_a_saved_controller(solved):
     run_dir, *_ = solved
     assert CONSOLE_SCRIPT.is_file(), "the `popeval` console script is not installed"

@@ -121,7 +121,7 @@ def base_run(tmp_path_factory):
                 rows_before=rows_before)
 
 
-@pytest.mark.xdist_group("evolve-base-run")  # one worker, where --dist loadgroup groups (experiments/README.md, test tiers)
+@pytest.mark.xdist_group("evolve-base-run")  # one worker where --dist loadgroup groups
 def test_restored_state_has_the_compiled_programs_types(base_run):
     """The generation program is compiled once, ahead of time, for the initial state's types; a
     restored state must match them exactly (shape, dtype, weak type), or it could not be fed
@@ -169,14 +169,14 @@ def threading_helpers_alive() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("popeval-startup")]
 
 
-@pytest.mark.xdist_group("evolve-base-run")  # one worker, where --dist loadgroup groups (experiments/README.md, test tiers)
+@pytest.mark.xdist_group("evolve-base-run")  # one worker where --dist loadgroup groups
 def test_wandb_failure_warns_once_and_the_run_completes(base_run):
     msgs = base_run["first_warnings"]
     assert len(msgs) == 1 and "W&B" in msgs[0] and "no network" in msgs[0], msgs
     assert len(base_run["rows_before"]) == 4
 
 
-@pytest.mark.xdist_group("evolve-base-run")  # one worker, where --dist loadgroup groups (experiments/README.md, test tiers)
+@pytest.mark.xdist_group("evolve-base-run")  # one worker where --dist loadgroup groups
 def test_wandb_offline_run_holds_the_logged_metrics(base_run):
     runs = list((base_run["run_dir"] / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(runs) == 1, runs
@@ -186,7 +186,7 @@ def test_wandb_offline_run_holds_the_logged_metrics(base_run):
         assert re.search(re.escape(b"fitness/mean") + rb".{1,8}?" + re.escape(value), data, re.S), value
 
 
-@pytest.mark.xdist_group("evolve-base-run")  # one worker, where --dist loadgroup groups (experiments/README.md, test tiers)
+@pytest.mark.xdist_group("evolve-base-run")  # one worker where --dist loadgroup groups
 def test_metrics_csv_and_plot(base_run):
     run_dir = base_run["run_dir"]
     rows = read_metrics(run_dir)
@@ -268,7 +268,7 @@ def test_resume_from_a_directory_that_is_not_a_run(tmp_path):
     assert snapshot(tmp_path) == before
 
 
-@pytest.mark.xdist_group("evolve-base-run")  # one worker, where --dist loadgroup groups (experiments/README.md, test tiers)
+@pytest.mark.xdist_group("evolve-base-run")  # one worker where --dist loadgroup groups
 def test_resume_with_another_config_and_reuse_of_a_run_dir_modify_nothing(base_run):
     run_dir = base_run["run_dir"]
     before = snapshot(run_dir)
@@ -292,7 +292,7 @@ def finish(proc: subprocess.Popen, timeout: float = 400) -> str:
     return out
 
 
-@pytest.mark.xdist_group("evolve-base-run")  # one worker, where --dist loadgroup groups (experiments/README.md, test tiers)
+@pytest.mark.xdist_group("evolve-base-run")  # one worker where --dist loadgroup groups
 def test_a_resumed_run_equals_the_uninterrupted_one(base_run, tmp_path):
     """In one process: 4 generations, then resumed to 6, give the metrics and the checkpoint of
     6 at once (a killed process: `test_killed_run_resumes_exactly`, slow)."""
@@ -341,7 +341,7 @@ def test_killed_run_resumes_exactly(tmp_path):
 
 
 # ------------------------------------------------------------------ experiment vs run
-@pytest.mark.xdist_group("evolve-base-run")  # one worker, where --dist loadgroup groups (experiments/README.md, test tiers)
+@pytest.mark.xdist_group("evolve-base-run")  # one worker where --dist loadgroup groups
 def test_run_directory_saves_only_the_experiment_and_reads_older_configs(base_run, tmp_path):
     from popeval.strategies.run_dir import read_config
 
@@ -368,7 +368,7 @@ def test_run_options_and_lstm_sizes_are_checked():
         EvolveConfig(policy="lstm", hidden_sizes=(8, 8))
 
 
-@pytest.mark.xdist_group("evolve-base-run")  # one worker, where --dist loadgroup groups (experiments/README.md, test tiers)
+@pytest.mark.xdist_group("evolve-base-run")  # one worker where --dist loadgroup groups
 def test_resume_with_another_yaml_is_refused(base_run, tmp_path):
     """`--resume RUN --config other.yaml` compares the YAML with the saved experiment."""
     other = tmp_path / "other.yaml"

@@ -93,7 +93,7 @@ def runs(request, tmp_path_factory):
     return names, {int(n): Path(d) for n, d in dirs.items()}
 
 
-@pytest.mark.xdist_group("sharding-runs")  # one worker, where --dist loadgroup groups (experiments/README.md, test tiers)
+@pytest.mark.xdist_group("sharding-runs")  # one worker where --dist loadgroup groups
 def test_devices_used_as_asked(runs):
     names, dirs = runs
     for name in names:
@@ -101,7 +101,7 @@ def test_devices_used_as_asked(runs):
             assert json.loads((root / name / "result.json").read_text())["devices"] == n
 
 
-@pytest.mark.xdist_group("sharding-runs")  # one worker, where --dist loadgroup groups (experiments/README.md, test tiers)
+@pytest.mark.xdist_group("sharding-runs")  # one worker where --dist loadgroup groups
 def test_metrics_identical_across_device_counts(runs):
     names, dirs = runs
     for name in names:
@@ -116,7 +116,7 @@ def test_metrics_identical_across_device_counts(runs):
             assert {k: results[n][k] for k in RESULT_KEYS} == {k: results[1][k] for k in RESULT_KEYS}
 
 
-@pytest.mark.xdist_group("sharding-runs")  # one worker, where --dist loadgroup groups (experiments/README.md, test tiers)
+@pytest.mark.xdist_group("sharding-runs")  # one worker where --dist loadgroup groups
 def test_checkpoint_identical_across_device_counts(runs):
     names, dirs = runs
     for name in names:

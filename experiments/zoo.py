@@ -1,14 +1,23 @@
 """The controller zoo (`experiments/controllers/<config>/`): its results table and its
 learning-curve figure.
 
-    python experiments/zoo.py table            # docs/zoo.md's table, from each controller's result.json
-    python experiments/zoo.py table --eval     # ... and a fresh `popeval eval` of each (64 episodes)
-    python experiments/zoo.py figure           # experiments/zoo_curves.png from every metrics.csv
+    python experiments/zoo.py fresh [CONFIG ...]  # each controller on 4096+ fresh episodes -> fresh.json
+    python experiments/zoo.py seeds CONFIG RUN_DIR ...   # a config's runs with other seeds -> seeds.json
+    python experiments/zoo.py table [--short]     # docs/zoo.md's (README's) table, from the JSON files
+    python experiments/zoo.py figure              # experiments/zoo_curves.png from every metrics.csv
 
 A controller is `popeval export` of a run of `experiments/configs/<config>.yaml`. The return
-it is compared with is the config's `# Reference: VALUE (SOURCE)` comment line: the best
-published ES result or, where none applies, a derived optimum or a hand-written baseline
-(derived in the config's comments). The config's `target:` is the run's own "solved" threshold.
+it is compared with is the config's `# Reference: VALUE (SOURCE)` line: the best published
+ES result or, where none applies, a derived optimum or a hand-written baseline (derived in
+the config's comments). The config's `target:` is the run's own "solved" threshold.
+
+Two evaluations per controller: the run's own final evaluation (`result.json`, the episodes
+the run chose at its end) and `fresh.json`: at least 4096 episodes from `popeval eval`'s seed,
+keys no run's stream uses (`popeval eval CONTROLLER --episodes N` prints the same figure);
+MinAtar controllers also play 256 of them uncapped (`uncapped`).
+The verdict takes the policy that did better on the run's own episodes and judges its fresh
+figure, so choosing between the two policies costs the fresh figure nothing. Where
+`seeds.json` holds runs of the config with other seeds, the fresh figure is their median.
 """
 
 from __future__ import annotations
@@ -18,12 +27,14 @@ import csv
 import json
 import math
 import re
+import statistics
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 CONTROLLERS = HERE / "controllers"
 CONFIGS = HERE / "configs"
 TOLERANCE = 0.02  # "met": within 2% of the target's magnitude (0.02 for a target of 0)
+FRESH_EPISODES, FRESH_PER_EVAL_EPISODE, FRESH_MAX = 4096, 16, 65536
 
 
 def controllers() -> list[Path]:
@@ -75,49 +86,130 @@ def _policy(config: dict) -> str:
     return f"{config['strategy']}, {net}, {config['pop_size']} x {config['num_rollouts']}"
 
 
-def rows(evaluate: bool = False) -> list[dict]:
-    out = []
-    for path in controllers():
-        config = json.loads((path / "config.json").read_text())
-        result = json.loads((path / "result.json").read_text())
-        mean, best = result["mean_policy_return"], result["best_policy_return"]
-        target, source = reference(path.name)
-        row = {"controller": path.name, "env": config["env_name"], "setup": _policy(config),
-               "target": target, "source": source, "mean": mean, "best": best,
-               "generations": result["generations"], "env_steps": result["env_steps"],
-               "wall_s": result["wall_seconds"], "devices": result.get("devices"),
-               "verdict": verdict(max(v for v in (mean, best) if v is not None), target, is_optimum(source))}
-        if evaluate:
-            row["eval_mean"], row["eval_best"] = (_evaluate(path, which) for which in ("mean", "best"))
-        out.append(row)
+def fresh_eval(run_dir: Path, episodes: int | None = None, overrides: dict | None = None) -> dict:
+    """The mean and best policies of a run or controller on fresh episodes from `popeval
+    eval`'s seed: 4096, or 16 x the config's `eval_episodes` where it asks for more (a noisy
+    task), at most 65536; `episodes` overrides."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from popeval.cli import EVAL_SEED
+    from popeval.strategies import load_policy
+
+    run, mean, obs_stats, _ = load_policy(run_dir, "mean", overrides)
+    best = load_policy(run_dir, "best", overrides).params
+    if episodes is None:
+        asked = json.loads((Path(run_dir) / "config.json").read_text())["eval_episodes"]
+        episodes = min(max(FRESH_EPISODES, FRESH_PER_EVAL_EPISODE * asked), FRESH_MAX)
+    keys = jnp.broadcast_to(jax.random.split(jax.random.key(EVAL_SEED), episodes), (2, episodes))
+    both = jax.tree.map(lambda m, b: jnp.stack([m, b]), mean, best)
+    returns = np.asarray(run.manager.population_fitness(keys, both, obs_stats=obs_stats).returns)
+    out = {"episodes": episodes, "seed": EVAL_SEED}
+    for row, which in zip(returns, ("mean", "best")):
+        out[f"{which}_policy_return"] = float(np.mean(row))
+        out[f"{which}_policy_sem"] = float(np.std(row) / np.sqrt(episodes))
     return out
 
 
-def _evaluate(path: Path, which: str, episodes: int = 64, seed: int = 12345) -> float:
-    """What `popeval eval path --which which` prints as mean_return."""
-    import jax
-    import numpy as np
+def write_fresh(names: list[str]) -> None:
+    for path in controllers():
+        if names and path.name not in names:
+            continue
+        result = fresh_eval(path)
+        config = json.loads((path / "config.json").read_text())
+        if config["env_name"].endswith("-MinAtar"):
+            uncapped = fresh_eval(path, 256, overrides={"num_env_steps": 20000, "env_kwargs": {}})
+            result["uncapped"] = {k: v for k, v in uncapped.items() if k.endswith(("_return", "_sem"))}
+        (path / "fresh.json").write_text(json.dumps(result, indent=2) + "\n")
+        print(path.name, json.dumps(result))
 
-    from popeval.strategies import load_policy
 
-    run, params, obs_stats, _ = load_policy(path, which)
-    keys = jax.random.split(jax.random.key(seed), episodes)
-    result = run.manager.population_fitness(keys, jax.tree.map(lambda x: x[None], params), obs_stats=obs_stats)
-    return float(np.mean(result.returns))
+def write_seeds(name: str, run_dirs: list[Path]) -> None:
+    """`seeds.json` of controller `name`: its config's runs with other seeds, each's own final
+    evaluation and fresh figures (the shipped controller's seed included if listed)."""
+    out = []
+    for run_dir in run_dirs:
+        config = json.loads((run_dir / "config.json").read_text())
+        result = json.loads((run_dir / "result.json").read_text())
+        fresh = fresh_eval(run_dir)
+        out.append({"seed": config["seed"], "generations": result["generations"],
+                    "wall_seconds": result["wall_seconds"],
+                    "mean_policy_return": result["mean_policy_return"],
+                    "best_policy_return": result["best_policy_return"],
+                    "fresh_mean_policy_return": fresh["mean_policy_return"],
+                    "fresh_best_policy_return": fresh["best_policy_return"], "fresh_episodes": fresh["episodes"]})
+        print(json.dumps(out[-1]))
+    (CONTROLLERS / name / "seeds.json").write_text(json.dumps(out, indent=2) + "\n")
 
 
-def table(evaluate: bool = False) -> str:
-    head = ["environment", "setup (strategy, policy, pop x episodes)", "reference (source)", "mean policy",
-            "best policy", "generations", "env steps", "wall", "verdict"]
-    if evaluate:
-        head.insert(5, "`popeval eval` mean / best")
+def _read(path: Path, name: str) -> dict | list | None:
+    return json.loads((path / name).read_text()) if (path / name).is_file() else None
+
+
+def _preferred(mean: float | None, best: float | None) -> str:
+    """The policy that did better on the run's own episodes."""
+    return "best" if best is not None and (mean is None or best > mean) else "mean"
+
+
+def rows() -> list[dict]:
+    out = []
+    for path in controllers():
+        config, result = _read(path, "config.json"), _read(path, "result.json")
+        fresh, seeds = _read(path, "fresh.json") or {}, _read(path, "seeds.json") or []
+        mean, best = result["mean_policy_return"], result["best_policy_return"]
+        which = _preferred(mean, best)
+        judged = fresh.get(f"{which}_policy_return")
+        spread = [s[f"fresh_{_preferred(s['mean_policy_return'], s['best_policy_return'])}_policy_return"]
+                  for s in seeds]
+        if spread:
+            judged = statistics.median(spread)
+        target, source = reference(path.name)
+        out.append({"controller": path.name, "env": config["env_name"], "setup": _policy(config),
+                    "target": target, "source": source, "mean": mean, "best": best,
+                    "fresh_mean": fresh.get("mean_policy_return"), "fresh_best": fresh.get("best_policy_return"),
+                    "fresh_episodes": fresh.get("episodes"), "judged_policy": which, "judged": judged,
+                    "seeds": spread, "generations": result["generations"], "env_steps": result["env_steps"],
+                    "wall_s": result["wall_seconds"], "devices": result.get("devices"),
+                    "verdict": verdict(judged, target, is_optimum(source))})
+    return out
+
+
+def _judged(r: dict) -> str:
+    if not r["seeds"]:
+        return _fmt(r["judged"]) + f" ({r['judged_policy']})"
+    return (f"{_fmt(r['judged'])} (median of {len(r['seeds'])} seeds, "
+            f"{_fmt(min(r['seeds']))} to {_fmt(max(r['seeds']))})")
+
+
+def _reference(r: dict, short: bool) -> str:
+    if r["target"] is None:
+        return "-"
+    source = r["source"]
+    if short:
+        clauses = [c.strip().replace(", derived above", "") for c in source.split(";")]
+        source = next((c for c in clauses if is_optimum(c)), clauses[0])
+    return _fmt(r["target"]) + (f" ({source})" if source else "")
+
+
+def table(short: bool = False) -> str:
+    """docs/zoo.md's table, or with `short` README's (environment, reference, fresh figure,
+    verdict)."""
+    if short:
+        head = ["environment", "reference", "popeval (fresh episodes)", "verdict"]
+    else:
+        head = ["environment", "setup (strategy, policy, pop x episodes)", "reference (source)",
+                "run's evaluation: mean / best policy", "fresh episodes: mean / best policy", "judged (fresh)",
+                "generations", "env steps", "wall", "verdict"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in rows(evaluate):
-        target = "-" if r["target"] is None else _fmt(r["target"]) + (f" ({r['source']})" if r["source"] else "")
-        cells = [r["env"], r["setup"], target, _fmt(r["mean"]), _fmt(r["best"]), str(r["generations"]),
-                 f"{r['env_steps'] / 1e6:.1f}M", f"{r['wall_s']:.0f} s", r["verdict"]]
-        if evaluate:
-            cells.insert(5, f"{_fmt(r['eval_mean'])} / {_fmt(r['eval_best'])}")
+    for r in rows():
+        if short:
+            cells = [r["env"], _reference(r, True), _fmt(r["judged"]), r["verdict"]]
+        else:
+            fresh = f"{_fmt(r['fresh_mean'])} / {_fmt(r['fresh_best'])} ({r['fresh_episodes']})"
+            cells = [r["env"], r["setup"], _reference(r, False), f"{_fmt(r['mean'])} / {_fmt(r['best'])}", fresh,
+                     _judged(r), str(r["generations"]), f"{r['env_steps'] / 1e6:.1f}M", f"{r['wall_s']:.0f} s",
+                     r["verdict"]]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -165,14 +257,23 @@ def figure(out: Path, cols: int = 6) -> Path:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    fr = sub.add_parser("fresh", help="evaluate controllers on fresh episodes (writes fresh.json)")
+    fr.add_argument("names", nargs="*", metavar="CONFIG", help="controllers (default: all)")
+    se = sub.add_parser("seeds", help="a config's runs with other seeds (writes seeds.json)")
+    se.add_argument("name", metavar="CONFIG")
+    se.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR")
     t = sub.add_parser("table", help="the results table (markdown)")
-    t.add_argument("--eval", action="store_true", help="also evaluate each controller afresh (64 episodes)")
     t.add_argument("--json", action="store_true", help="the rows as JSON instead")
+    t.add_argument("--short", action="store_true", help="README's shorter table")
     f = sub.add_parser("figure", help="learning curves of every controller's run")
     f.add_argument("--out", type=Path, default=HERE / "zoo_curves.png")
     args = parser.parse_args(argv)
-    if args.command == "table":
-        print(json.dumps(rows(args.eval), indent=2) if args.json else table(args.eval))
+    if args.command == "fresh":
+        write_fresh(args.names)
+    elif args.command == "seeds":
+        write_seeds(args.name, args.runs)
+    elif args.command == "table":
+        print(json.dumps(rows(), indent=2) if args.json else table(args.short))
     else:
         print(figure(args.out))
 

@@ -83,19 +83,26 @@ def test_export_keeps_the_policies_and_drops_the_strategy_state(tmp_path, capsys
     assert "already an exported controller" in capsys.readouterr().err
 
 
-def test_zoo_table_and_figure(tmp_path):
+def _zoo():
     sys.path.insert(0, str(REPO / "experiments"))
     try:
         import zoo
     finally:
         sys.path.pop(0)
+    return zoo
+
+
+def test_zoo_table_and_figure(tmp_path):
+    zoo = _zoo()
     rows = zoo.rows()
     assert len(rows) == len(CONTROLLERS) and all(r["verdict"] in ("beaten", "met", "missed", "-") for r in rows)
     cartpole = next(r for r in rows if r["env"] == "CartPole-v1")
     assert cartpole["target"] == 500.0 and "gymnax-blines" in cartpole["source"] and cartpole["verdict"] == "met"
     assert all(r["target"] is not None and r["source"] for r in rows), [r["env"] for r in rows if not r["source"]]
-    table = zoo.table()
-    assert table.count("\n") == len(CONTROLLERS) + 1 and "CartPole-v1" in table
+    assert all(r["judged"] is not None for r in rows), [r["env"] for r in rows if r["judged"] is None]
+    for short in (False, True):
+        table = zoo.table(short)
+        assert table.count("\n") == len(CONTROLLERS) + 1 and "CartPole-v1" in table
     assert zoo.verdict(-120.0, -130.0) == "beaten" and zoo.verdict(-131.0, -130.0) == "met"
     assert zoo.verdict(0.5, 1.0) == "missed" and zoo.verdict(1.0, None) == "-"
     assert zoo.verdict(1.05, 1.0, optimum=True) == "met" and zoo.verdict(1.05, 1.0) == "beaten"
@@ -103,6 +110,51 @@ def test_zoo_table_and_figure(tmp_path):
     assert not zoo.is_optimum("gymnax-blines ES; optimum 1.0")
     out = zoo.figure(tmp_path / "curves.png")
     assert out.stat().st_size > 10_000
+
+
+def test_the_docs_show_the_zoo_s_tables():
+    """README and docs/zoo.md carry `zoo.py table --short` and `zoo.py table` as they are."""
+    zoo = _zoo()
+    assert zoo.table(short=True) in (REPO / "README.md").read_text()
+    assert zoo.table() in (REPO / "docs" / "zoo.md").read_text()
+
+
+def test_the_verdict_judges_the_fresh_figure_of_the_policy_the_run_preferred(tmp_path, monkeypatch):
+    zoo = _zoo()
+    source = REPO / "experiments" / "controllers" / "catch"
+    (tmp_path / "catch").mkdir()
+    for name in ("config.json", "result.json"):
+        (tmp_path / "catch" / name).write_text((source / name).read_text())
+    result = json.loads((source / "result.json").read_text())
+    result.update(mean_policy_return=0.9, best_policy_return=1.0)
+    (tmp_path / "catch" / "result.json").write_text(json.dumps(result))
+    fresh = {"episodes": 4096, "seed": 12345, "mean_policy_return": 1.0, "best_policy_return": 0.5}
+    (tmp_path / "catch" / "fresh.json").write_text(json.dumps(fresh))
+    monkeypatch.setattr(zoo, "CONTROLLERS", tmp_path)
+    row, = zoo.rows()
+    assert (row["judged_policy"], row["judged"], row["verdict"]) == ("best", 0.5, "missed")
+    # Each seed's run prefers its own policy: the first two the best, the third the mean.
+    seeds = [{"mean_policy_return": mean, "best_policy_return": best, "fresh_mean_policy_return": 1.0,
+              "fresh_best_policy_return": fresh} for mean, best, fresh in ((0.5, 1.0, 0.2), (0.5, 1.0, 0.99),
+                                                                             (1.0, 0.5, 0.1))]
+    (tmp_path / "catch" / "seeds.json").write_text(json.dumps(seeds))
+    row, = zoo.rows()
+    assert (row["judged"], row["seeds"], row["verdict"]) == (0.99, [0.2, 0.99, 1.0], "met")
+    assert "median of 3 seeds, 0.2 to 1" in zoo.table()
+
+
+#: Fresh figures re-played by default: two cheap controllers; all of them under slow.
+FRESH = [pytest.param(p, id=p.name, marks=() if p.name in ("cartpole", "catch") else pytest.mark.slow)
+         for p in CONTROLLERS]
+
+
+@pytest.mark.parametrize("path", FRESH)
+def test_fresh_figures_reproduce(path):
+    """`fresh.json` is what `zoo.py fresh` plays: its episodes, both policies."""
+    recorded = json.loads((path / "fresh.json").read_text())
+    got = _zoo().fresh_eval(path, recorded["episodes"])
+    for key in ("mean_policy_return", "best_policy_return"):
+        assert abs(got[key] - recorded[key]) <= 0.05 * abs(recorded[key]) + 0.1, (key, got[key], recorded[key])
 
 
 def test_eval_cli_lifts_the_training_cap_and_refuses_other_overrides(tmp_path):

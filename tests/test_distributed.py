@@ -67,6 +67,20 @@ def test_two_processes_of_two_devices_equal_one_process_of_four(tmp_path):
 
 
 @pytest.mark.slow
+def test_eggroll_over_two_processes_equals_one_process(tmp_path):
+    """EGGROLL's low-rank members drawn per device: 2 processes x 2 devices, 1 x 4 and 1 x 1
+    give the same run (1 against 3 devices: tests/test_eggroll.py)."""
+    args = ARGS + ["--strategy=eggroll", "--strategy_kwargs={rank: 2, sigma: 0.1}", "--hidden_sizes=[16, 16]"]
+    ok(launch(2, 2, args + ["--run_dir=many"], tmp_path))
+    ok(popeval(["evolve", *args, "--run_dir=four"], tmp_path, devices=4))
+    ok(popeval(["evolve", *args, "--run_dir=one"], tmp_path, devices=1))
+    runs = [tmp_path / name for name in ("many", "four", "one")]
+    rows = [read_metrics(r, timing=False) for r in runs]
+    assert rows[0] == rows[1] == rows[2] and len(rows[0]) == 4
+    assert len({(r / "checkpoint.msgpack").read_bytes() for r in runs}) == 1
+
+
+@pytest.mark.slow
 def test_a_killed_process_ends_the_run_and_it_resumes(tmp_path):
     """Process 1 is killed mid-run: process 0 fails within seconds with a message that says
     how to resume, keeping its last checkpoint; the run resumes with two processes of one

@@ -50,6 +50,19 @@ def test_minatar_players_beat_random_play(name, floor):
     assert value >= floor, f"{name}: {player} {value}"
 
 
+def test_pendulum_value_iteration_plays_near_the_optimum():
+    """A coarse grid on 64 episodes (the full grid's 4096-episode figure takes minutes and runs
+    under slow): far above no torque (-1213), and a 64-episode mean swings far from -136.6."""
+    (player, returns), (_, zero) = references.pendulum(episodes=64, grid=(61, 51), torques=21)
+    assert -135.0 < returns().mean() < -110.0 and zero().mean() < -1000.0, player
+
+
+@pytest.mark.slow
+def test_pendulum_reference_reproduces_its_config_line():
+    (player, value, _), = references.measure("pendulum", others=False)
+    assert abs(value - zoo.reference("pendulum")[0]) <= 0.05, (player, value)
+
+
 def test_cli(capsys):
     references.main(["mnist_bandit", "--episodes", "32"])
     out = capsys.readouterr().out

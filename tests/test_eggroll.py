@@ -206,3 +206,37 @@ def test_one_and_three_devices_give_identical_runs(tmp_path):
     results = [json.loads((d / "result.json").read_text()) for d in (one, three)]
     for k in ("mean_policy_return", "best_policy_return", "best_fitness"):
         assert results[0][k] == results[1][k], k
+
+
+def _learning():
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+    try:
+        import learning
+    finally:
+        sys.path.pop(0)
+    return learning
+
+
+def test_the_learning_table_gives_median_range_and_solved_generations():
+    learning = _learning()
+    rows = [{"comparison": "acrobot", "setup": "Acrobot-v1 (...)", "strategy": s, "seed": seed, "return": r,
+             "solved_at": at, "env_steps": 1e6, "wall_s": 2.0}
+            for s, seed, r, at in (("openai_es", 0, -90.0, 5), ("openai_es", 1, -80.0, None),
+                                   ("openai_es", 2, -85.0, 7), ("eggroll", 0, -70.0, 3))]
+    lines = learning.table(rows).splitlines()
+    assert lines[2] == "| Acrobot-v1 (...) | openai_es | -85.0 (-90.0 to -80.0) | 5, -, 7 | 1.0M | 2 s |"
+    assert lines[3].startswith("| Acrobot-v1 (...) | eggroll | -70.0 (-70.0 to -70.0) | 3 |")
+    with pytest.raises(SystemExit):
+        learning.main(["nope"])
+
+
+@pytest.mark.slow
+def test_the_learning_comparison_runs_both_strategies_from_one_config(monkeypatch):
+    learning = _learning()
+    tiny = {k: v for k, v in TINY.items() if not k.startswith("strategy")}
+    monkeypatch.setitem(learning.COMPARISONS, "tiny", ("cartpole.yaml", tiny))
+    rows = learning.main(["tiny", "--seeds", "0"])
+    assert [r["strategy"] for r in rows] == ["openai_es", "eggroll"]
+    assert all(r["generations"] <= 4 and r["setup"].startswith("CartPole-v1 (MLP 8, 8 x 2") for r in rows)

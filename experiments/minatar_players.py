@@ -24,6 +24,16 @@ def random_player(num_actions: int):
     return lambda carry, state, obs, key: (jax.random.randint(key, (), 0, num_actions), carry)
 
 
+# ------------------------------------------------------------------ Breakout: 0 noop, 1 left, 2 right
+def breakout_track(state):
+    """Move the paddle under the column the ball enters next (its direction: 1 and 2 go
+    right). Not a zoo reference (Breakout's is NeuroEvoBench's ES result): it shows what a
+    policy of the current observation can earn (docs/zoo.md)."""
+    step = jnp.where((state.ball_dir == 1) | (state.ball_dir == 2), 1, -1)
+    target = jnp.clip(state.ball_x + step, 0, 9)
+    return jnp.where(target < state.pos, 1, jnp.where(target > state.pos, 2, 0))
+
+
 # ------------------------------------------------------------------ Freeway: 0 noop, 1 up, 2 down
 def freeway_up(state):
     return 1

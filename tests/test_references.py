@@ -50,6 +50,14 @@ def test_minatar_players_beat_random_play(name, floor):
     assert value >= floor, f"{name}: {player} {value}"
 
 
+def test_breakout_tracker_earns_past_the_published_es_return():
+    """docs/zoo.md's scripted Breakout player: 23.0 over 256 episodes of 500 steps, against
+    NeuroEvoBench's 15 (16 episodes here)."""
+    env, params = references.make("Breakout-MinAtar", max_steps_in_episode=500)
+    returns = references.play(env, params, references.mp.stateless(references.mp.breakout_track), 16, 500)
+    assert returns.mean() > 15.0, returns
+
+
 def test_pendulum_value_iteration_plays_near_the_optimum():
     """A coarse grid on 64 episodes (the full grid's 4096-episode figure takes minutes and runs
     under slow): far above no torque (-1213), and a 64-episode mean swings far from -136.6."""

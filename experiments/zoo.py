@@ -113,6 +113,9 @@ def fresh_eval(run_dir: Path, episodes: int | None = None, overrides: dict | Non
 
 
 def write_fresh(names: list[str]) -> None:
+    unknown = sorted(set(names) - {p.name for p in controllers()})
+    if unknown:
+        raise SystemExit(f"zoo.py fresh: no controller {', '.join(unknown)}")
     for path in controllers():
         if names and path.name not in names:
             continue

@@ -143,6 +143,11 @@ def test_the_verdict_judges_the_fresh_figure_of_the_policy_the_run_preferred(tmp
     assert "median of 3 seeds, 0.2 to 1" in zoo.table()
 
 
+def test_zoo_fresh_refuses_an_unknown_controller():
+    with pytest.raises(SystemExit, match="no controller nope"):
+        _zoo().main(["fresh", "nope"])
+
+
 #: Fresh figures re-played by default: two cheap controllers; all of them under slow.
 FRESH = [pytest.param(p, id=p.name, marks=() if p.name in ("cartpole", "catch") else pytest.mark.slow)
          for p in CONTROLLERS]

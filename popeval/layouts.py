@@ -35,12 +35,16 @@ carries and step counts (each member carries its own step count).
 `varies` strings name, per argument, the levels it has an axis for, outermost first: `"PMB"`
 per episode (keys, carries), `"P"` per member (parameters), `"M"` per env-param set, `""`
 shared. Without an env-param batch (`meta=False`) the `M` level does not exist. An argument's
-`varies` may also be a pytree of strings, a prefix of the argument's: the parameters of a
-low-rank population (`popeval.low_rank.MEMBER_VARIES`) have only their factors per member and
-their mean shared, so every episode of a chunk reads the same mean and `vmap` computes a
-layer's product with it for all of them at once; only per-member parts are padded, split
-into chunks and gathered (`params_varies`), and every width holds at least `SHARED_EPISODES`
-episodes (the product's rows).
+`varies` may also be a pytree of strings, a prefix of the argument's.
+
+`Members` says what a chunk makes of its members' rows of `pop_params` (each leaf with the
+member axis first) once it has gathered them: explicit parameters are read as they are; a
+low-rank population's rows are its factors or member indices, from which the chunk draws its
+members (`popeval.low_rank.members`: nothing the size of the whole population's perturbations
+exists) into parameters whose mean has no member axis (`Members.varies`, a pytree of strings),
+so every episode of the chunk reads the same mean and `vmap` computes a layer's product with it
+for all of them at once; there every width holds at least `SHARED_EPISODES` episodes (the
+product's rows).
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ from popeval import keys as keys_lib
 from popeval.episode import Carry, Episode
 
 __all__ = ["Layout", "CPU", "ACCELERATOR", "for_platform", "over_episodes", "episode_keys", "chunk_members",
-           "trajectories", "fitness", "CHUNK_EPISODES"]
+           "trajectories", "fitness", "CHUNK_EPISODES", "Members", "EXPLICIT"]
 
 
 class Layout(NamedTuple):
@@ -98,21 +102,20 @@ def over_episodes(fn: Callable, meta: bool, varies: tuple[Any, ...]) -> Callable
     return fn
 
 
-def _per_member(fn: Callable, tree: Any, varies: Any) -> Any:
-    """`fn` on the leaves of `tree` that have a member axis (`"P"` in their `varies`, a prefix
-    of `tree`); the others as they are."""
-    return jax.tree.map(lambda v, sub: jax.tree.map(fn, sub) if "P" in v else sub, varies, tree)
+def _as_they_are(rows: Any) -> Any:
+    return rows
 
 
-def _shared_parts(tree: Any, varies: Any) -> tuple[Any, Any]:
-    """`(per_member, shared)`: `tree` with the other part's subtrees as `None`."""
-    per = jax.tree.map(lambda v, sub: sub if "P" in v else None, varies, tree)
-    return per, jax.tree.map(lambda v, sub: None if "P" in v else sub, varies, tree)
+class Members(NamedTuple):
+    """How a chunk reads its members (see the module docstring): `of(rows)` turns the chunk's
+    rows of `pop_params` into the parameters its step reads, whose parts vary as `varies`."""
+
+    of: Callable = _as_they_are
+    varies: Any = "P"
 
 
-def _joined(varies: Any, per: Any, shared: Any) -> Any:
-    """`_shared_parts`' inverse."""
-    return jax.tree.map(lambda v, p, s: p if "P" in v else s, varies, per, shared)
+#: Explicit parameters, every leaf per member.
+EXPLICIT = Members()
 
 
 def episode_keys(keys, env_params, meta: bool):
@@ -156,39 +159,37 @@ def narrowest(episodes_per_member: int, min_episodes: int = 0) -> int:
     return max(MIN_WIDTH, min_members(episodes_per_member, min_episodes))
 
 
-def _min_episodes(params_varies: Any) -> int:
+def _min_episodes(members: Members) -> int:
     """The episodes a chunk must hold: `SHARED_EPISODES` where parameters are shared by its
-    members (a low-rank population's mean, `params_varies`), else no minimum."""
-    return SHARED_EPISODES if any("P" not in v for v in jax.tree.leaves(params_varies)) else 0
+    members (a low-rank population's mean), else no minimum."""
+    return SHARED_EPISODES if any("P" not in v for v in jax.tree.leaves(members.varies)) else 0
 
 
-def _chunked(keys, pop_params, layout: Layout, params_varies: Any = "P"):
+def _chunked(keys, pop_params, layout: Layout, members: Members = EXPLICIT):
     """`(C, num_chunks, keys, pop_params)`: `C = chunk_members(...)` for the `(P, ...)` episodes
-    of `keys` (typed or raw), both padded to `num_chunks * C` members (repeating the last; of
-    `pop_params` the per-member parts, `params_varies`)."""
+    of `keys` (typed or raw), both padded to `num_chunks * C` members (repeating the last)."""
     num_members = keys.shape[0]
     size = chunk_members(math.prod(keys_lib.key_batch_shape(keys)[1:]), num_members, layout.chunk_episodes,
-                         _min_episodes(params_varies))
+                         _min_episodes(members))
     num_chunks = -(-num_members // size)
     pad = num_chunks * size - num_members
     if pad:
-        keys, pop_params = _per_member(lambda x: jnp.concatenate([x, jnp.repeat(x[-1:], pad, axis=0)]),
-                                       (keys, pop_params), ("P", params_varies))
+        keys, pop_params = jax.tree.map(lambda x: jnp.concatenate([x, jnp.repeat(x[-1:], pad, axis=0)]),
+                                        (keys, pop_params))
     return size, num_chunks, keys, pop_params
 
 
 def trajectories(single: Callable, keys, pop_params, env_params, obs_stats, meta: bool, layout: Layout = CPU,
-                 params_varies: Any = "P"):
+                 members: Members = EXPLICIT):
     """`single(key, params, env_params, obs_stats)` over `(P, [M,] B)`, chunk by chunk
-    (`params_varies`: which parts of `pop_params` have a member axis, see the module docstring)."""
+    (`members`: how a chunk reads its rows of `pop_params`, see the module docstring)."""
     keys = episode_keys(keys, env_params, meta)
     num_members = keys.shape[0]
-    size, num_chunks, keys, pop_params = _chunked(keys, pop_params, layout, params_varies)
-    fn = over_episodes(single, meta, ("PMB", params_varies, "M", ""))
+    size, num_chunks, keys, pop_params = _chunked(keys, pop_params, layout, members)
+    fn = over_episodes(single, meta, ("PMB", members.varies, "M", ""))
     split = lambda x: x.reshape((num_chunks, size) + x.shape[1:])  # noqa: E731
-    per, shared = _shared_parts(pop_params, params_varies)
-    out = jax.lax.map(lambda c: fn(c[0], _joined(params_varies, c[1], shared), env_params, obs_stats),
-                      jax.tree.map(split, (keys, per)))
+    out = jax.lax.map(lambda c: fn(c[0], members.of(c[1]), env_params, obs_stats),
+                      jax.tree.map(split, (keys, pop_params)))
     return jax.tree.map(lambda x: x.reshape((num_chunks * size,) + x.shape[2:])[:num_members], out)
 
 
@@ -223,8 +224,8 @@ class _Passes(NamedTuple):
 
     step: Callable  # one step of a chunk's episodes: `over_episodes` of `Episode.step`
     key_episode: Any  # (P', [M,] B) episode keys, P' = num_chunks * size
-    pop_params: Any  # (P', ...) the members' parameters (their per-member parts)
-    params_varies: Any  # which parts of `pop_params` have the member axis
+    pop_params: Any  # (P', ...) the members' rows
+    members: Members  # what a chunk makes of its rows
     env_params: Any
     num_steps: int
     steps_per_check: int
@@ -235,13 +236,13 @@ class _Passes(NamedTuple):
 
 
 def fitness(episode: Episode, num_steps: int, keys, pop_params, env_params, obs_stats, meta: bool,
-            compaction: bool = True, layout: Layout = CPU, params_varies: Any = "P") -> Carry:
+            compaction: bool = True, layout: Layout = CPU, members: Members = EXPLICIT) -> Carry:
     """The final `(P, [M,] B)` carries, each episode stepped until done or `num_steps`
-    (`params_varies`: which parts of `pop_params` have a member axis, see the module docstring)."""
+    (`members`: how a chunk reads its rows of `pop_params`, see the module docstring)."""
     compaction = compaction and num_steps > 1  # one-step episodes cannot end early: no passes
     keys = episode_keys(keys, env_params, meta)
     num_members = keys.shape[0]
-    size, num_chunks, keys, pop_params = _chunked(keys, pop_params, layout, params_varies)
+    size, num_chunks, keys, pop_params = _chunked(keys, pop_params, layout, members)
     init = over_episodes(episode.init, meta, ("PMB", "M"))
     # Every member's reset in one vmap, not chunk by chunk: a `lax.map` of one chunk is inlined
     # and XLA:CPU contracted the reset's multiply-adds (Acrobot's uniform draws) differently
@@ -249,10 +250,10 @@ def fitness(episode: Episode, num_steps: int, keys, pop_params, env_params, obs_
     carry, key_episode = init(keys, env_params)
     padding = jnp.arange(num_chunks * size) >= num_members
     carry = carry._replace(alive=carry.alive & ~padding.reshape((-1,) + (1,) * (carry.alive.ndim - 1)))
-    step = over_episodes(partial(_step_unfrozen, episode, obs_stats), meta, ("P", "PMB", "PMB", params_varies, "M"))
+    step = over_episodes(partial(_step_unfrozen, episode, obs_stats), meta, ("P", "PMB", "PMB", members.varies, "M"))
     ladder = widths(size, compaction, narrowest(math.prod(keys_lib.key_batch_shape(keys)[1:]),
-                                                _min_episodes(params_varies)))
-    passes = _Passes(step, key_episode, pop_params, params_varies, env_params, num_steps, layout.steps_per_check,
+                                                _min_episodes(members)))
+    passes = _Passes(step, key_episode, pop_params, members, env_params, num_steps, layout.steps_per_check,
                      size, num_chunks, ladder, compaction)
     order = jnp.arange(num_chunks * size, dtype=jnp.int32)
     t = jnp.zeros(num_chunks * size, jnp.int32)
@@ -302,13 +303,14 @@ def _pass_at_width(passes: _Passes, k: int, count, state):
 
 def _run_chunk(passes: _Passes, width: int, floor, i, state):
     """Steps the members `order[i * width:(i + 1) * width]` until at most `floor` of them run.
-    Parameters and keys are only read (gathered per chunk); the members' step counts and
-    carries are gathered and written back."""
+    Parameters and keys are only read (gathered per chunk, the parameters made from their rows
+    once per chunk, `Members.of`); the members' step counts and carries are gathered and
+    written back."""
     order, t, carry = state
     idx = jax.lax.dynamic_slice_in_dim(order, i * width, width)
     take = lambda x: x[idx]  # noqa: E731
     c_t, c_carry, c_keys = jax.tree.map(take, (t, carry, passes.key_episode))
-    c_params = _per_member(take, passes.pop_params, passes.params_varies)  # the shared mean is read whole
+    c_params = passes.members.of(jax.tree.map(take, passes.pop_params))
 
     def cond(loop):
         return jnp.sum(_live(passes, *loop)) > floor

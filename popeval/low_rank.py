@@ -17,16 +17,21 @@ so member `i` of a `LowRankPopulation` has:
 - for every other leaf `v` (biases, a learned `log_std`): `v + sigma * E_i`, `E_i` of `v`'s
   shape.
 
-Evaluation. Inside `RolloutWrapper`'s programs the mean parameters are shared by every member
-(`popeval.layouts`: no member axis), so `jax.vmap` turns a layer's `x @ W` for all of a chunk's
-episodes into one product, and each member adds its rank-`r` correction `sigma / sqrt(r) *
-(x @ B_i) @ A_i^T` (`apply`). `flax.linen.Dense`, `Conv` and `OptimizedLSTMCell` are computed
-that way; any other use of a parameter (another layer, your own module) reads the member's
-parameter itself, `W + sigma / sqrt(r) * B_i A_i^T` computed for it, which costs a per-member
-product but is the same member. (The member's Dense kernels are computed too, then unused:
-XLA drops them, so no `(P, n_in, n_out)` array exists.) A chunk holds at least
-`popeval.layouts.SHARED_EPISODES` episodes, so that the shared product rounds alike at every
-chunk width.
+Evaluation. Each chunk of members (`popeval.layouts`) draws its members' factors when it
+starts, so nothing the size of the whole population's perturbations exists. With the shared
+product (`product="shared"`) the mean parameters are shared by every member of the chunk (no
+member axis), so `jax.vmap` turns a layer's `x @ W` for all of a chunk's episodes into one
+product, and each member adds its rank-`r` correction `sigma / sqrt(r) * (x @ B_i) @ A_i^T`
+(`apply`). `flax.linen.Dense`, `Conv` and `OptimizedLSTMCell` are computed that way; any other
+use of a parameter (another layer, your own module) reads the member's parameter itself, `W +
+sigma / sqrt(r) * B_i A_i^T` computed for it, which costs a per-member product but is the same
+member. (The member's Dense kernels are computed too, then unused: XLA drops them, so no
+`(P, n_in, n_out)` array exists.) A chunk holds at least `popeval.layouts.SHARED_EPISODES`
+episodes, so that the shared product rounds alike at every chunk width. Member by member
+(`product="member"`) the chunk computes its members' explicit parameters and evaluates them as
+an explicit population. `product="auto"` (the default) takes the shared product where the
+corrections are cheap beside the products (`cheap_corrections`), and goes member by member
+otherwise (small policies, where the corrections cost what the shared product saves).
 
 Draws. `draw_factors` draws member `m`'s numbers as one standard normal vector from
 `fold_in(fold_in(key, generation), m // 2)`, cut into the leaves in the mean's flattening order
@@ -40,7 +45,7 @@ Exactness (`tests/test_low_rank.py`): `population_fitness` equals `population_ro
 explicit populations (measured on XLA:CPU, as theirs is). A member evaluated through the
 shared product equals the same member as explicit parameters (`LowRankPopulation.materialize`)
 up to float32 rounding: `x W + s (x B) A^T` and `x (W + s B A^T)` round differently, so a
-chaotic episode can drift apart after many steps.
+chaotic episode can drift apart after many steps. Member by member, it equals them bit for bit.
 """
 
 from __future__ import annotations
@@ -59,7 +64,8 @@ from flax.linen.dtypes import promote_dtype
 
 from popeval import keys as keys_lib
 
-__all__ = ["LowRankPopulation", "Factors", "Member", "draw_factors", "is_matrix", "apply", "MEMBER_VARIES"]
+__all__ = ["LowRankPopulation", "Factors", "Member", "draw_factors", "is_matrix", "apply", "MEMBER_VARIES",
+           "PRODUCTS", "cheap_corrections"]
 
 
 class Factors(NamedTuple):
@@ -146,6 +152,26 @@ def _check_rank(rank: Any) -> None:
         raise ValueError(f"LowRankPopulation: rank must be an integer >= 1, got {rank!r}")
 
 
+def _check_product(product: Any) -> None:
+    if product not in PRODUCTS:
+        raise ValueError(f"LowRankPopulation: product must be one of {', '.join(PRODUCTS)}, got {product!r}")
+
+
+#: How a low-rank population is evaluated (`LowRankPopulation.product`).
+PRODUCTS = ("auto", "shared", "member")
+
+#: "auto" computes the shared product where the corrections cost at most this fraction of the
+#: products they ride on (measured on a 2-vCPU CPU: docs/performance.md).
+CORRECTION_SHARE = 1 / 12
+
+
+def cheap_corrections(mean: Any, rank: int) -> bool:
+    """Whether the rank-`rank` corrections of `mean`'s matrices cost little beside the shared
+    products: `rank * sum(n_in + n_out) <= CORRECTION_SHARE * sum(n_in * n_out)`."""
+    shapes = [_matrix_shape(leaf) for leaf in jax.tree.leaves(mean) if is_matrix(leaf)]
+    return rank * sum(m + n for m, n in shapes) <= CORRECTION_SHARE * sum(m * n for m, n in shapes)
+
+
 def _check_sigma(sigma: Any) -> None:
     if isinstance(sigma, jax.core.Tracer):
         return
@@ -212,23 +238,28 @@ class LowRankPopulation:
     generation: Any = None  # drawn: () int32, folded into `key`
     rank: int = struct.field(pytree_node=False, default=1)
     antithetic: bool = struct.field(pytree_node=False, default=True)
+    product: str = struct.field(pytree_node=False, default="auto")  # "auto", "shared" or "member"
 
     @classmethod
-    def from_factors(cls, mean: Any, factors: Any, sigma: float) -> LowRankPopulation:
+    def from_factors(cls, mean: Any, factors: Any, sigma: float, product: str = "auto") -> LowRankPopulation:
         """A population of your own factors (`draw_factors`' layout: `Factors(a (P, n_out, r),
         b (P, n_in, r))` for matrix leaves, noise `(P, *shape)` for the others)."""
         _check_sigma(sigma)
+        _check_product(product)
         _, rank = _check_factors(mean, factors)
-        return cls(mean=mean, sigma=jnp.asarray(sigma, jnp.float32), factors=factors, rank=int(rank))
+        return cls(mean=mean, sigma=jnp.asarray(sigma, jnp.float32), factors=factors, rank=int(rank),
+                   product=product)
 
     @classmethod
     def from_key(cls, mean: Any, key: jax.Array, sigma: float, rank: int = 1, pop_size: int | None = None,
-                 members: Any = None, generation: Any = 0, antithetic: bool = True) -> LowRankPopulation:
+                 members: Any = None, generation: Any = 0, antithetic: bool = True,
+                 product: str = "auto") -> LowRankPopulation:
         """A population whose factors are drawn inside the evaluation (`draw_factors`), of the
         members `0 .. pop_size - 1` or of the global indices `members` (a slice of a larger
         population)."""
         _check_sigma(sigma)
         _check_rank(rank)
+        _check_product(product)
         if (pop_size is None) == (members is None):
             raise ValueError("LowRankPopulation.from_key: pass either pop_size or members (global indices)")
         if members is None:
@@ -243,7 +274,8 @@ class LowRankPopulation:
             raise ValueError(f"LowRankPopulation.from_key: key must be one PRNG key, got a batch of shape "
                              f"{keys_lib.key_batch_shape(key)}")
         return cls(mean=mean, sigma=jnp.asarray(sigma, jnp.float32), key=key, members=members,
-                   generation=jnp.asarray(generation, jnp.int32), rank=int(rank), antithetic=bool(antithetic))
+                   generation=jnp.asarray(generation, jnp.int32), rank=int(rank), antithetic=bool(antithetic),
+                   product=product)
 
     @property
     def pop_size(self) -> int:
@@ -251,6 +283,13 @@ class LowRankPopulation:
         if self.members is not None:
             return int(jnp.shape(self.members)[0])
         return int(jnp.shape(jax.tree.leaves(self.factors)[0])[0])
+
+    @property
+    def shared_product(self) -> bool:
+        """Whether the evaluation computes the shared product plus the corrections (`product`
+        "shared", or "auto" where they pay: `cheap_corrections`) rather than each member's own
+        parameters and products ("member")."""
+        return self.product == "shared" or (self.product == "auto" and cheap_corrections(self.mean, self.rank))
 
     def all_factors(self) -> Any:
         """Every member's factors: the explicit ones, or drawn (`draw_factors`)."""
@@ -300,11 +339,21 @@ def split(pop: LowRankPopulation) -> tuple[Any, LowRankPopulation]:
     return (pop.factors, pop.members), pop.replace(factors=None, members=None)
 
 
-def members(per_member: Any, shared: LowRankPopulation) -> Member:
-    """`split`'s parts -> the `Member`s of the evaluation (their factors drawn here if need be),
-    stacked along their factors' member axis."""
+def members(per_member: Any, shared: LowRankPopulation) -> Any:
+    """`split`'s parts (of some members: a chunk's) -> what the evaluation reads for them
+    (`varies`): their `Member`s (factors drawn here if need be) stacked along the factors'
+    member axis, or, evaluated member by member, their explicit parameters."""
     pop = shared.replace(factors=per_member[0], members=per_member[1])
-    return Member(pop.mean, pop.all_factors(), pop.sigma, pop.sigma / jnp.sqrt(jnp.float32(pop.rank)))
+    scale = pop.sigma / jnp.sqrt(jnp.float32(pop.rank))
+    if not pop.shared_product:
+        return jax.vmap(partial(_member_params, pop.mean, sigma=pop.sigma, scale=scale))(pop.all_factors())
+    return Member(pop.mean, pop.all_factors(), pop.sigma, scale)
+
+
+def varies(shared: LowRankPopulation) -> Any:
+    """`popeval.layouts`' `varies` of `members`' result: of a `Member` only the factors have a
+    member axis; explicit parameters have it everywhere."""
+    return MEMBER_VARIES if shared.shared_product else "P"
 
 
 class _Kernel(NamedTuple):

@@ -238,24 +238,22 @@ class RolloutWrapper:
                          "(a batch of M parameter sets)")
 
     @staticmethod
-    def _members(pop_params, low_rank_shared):
-        """`(pop_params, params_varies)` for `popeval.layouts`: explicit parameters, or (with
+    def _members(low_rank_shared) -> layouts.Members:
+        """How a chunk reads its rows of the members: explicit parameters, or (with
         `low_rank_shared`, `low_rank.split`'s second part) a low-rank population's members."""
         if low_rank_shared is None:
-            return pop_params, "P"
-        return low_rank.members(pop_params, low_rank_shared), low_rank.MEMBER_VARIES
+            return layouts.EXPLICIT
+        return layouts.Members(partial(low_rank.members, shared=low_rank_shared), low_rank.varies(low_rank_shared))
 
     def _population_rollout_fn(self, keys, pop_params, env_params, obs_stats, low_rank_shared=None):
         meta = self._is_param_batch(env_params)
-        pop_params, varies = self._members(pop_params, low_rank_shared)
         return layouts.trajectories(self._single_fn, keys, pop_params, env_params, obs_stats, meta, self.layout,
-                                    varies)
+                                    self._members(low_rank_shared))
 
     def _population_fitness_fn(self, keys, pop_params, env_params, obs_stats, low_rank_shared=None):
         meta = self._is_param_batch(env_params)
-        pop_params, varies = self._members(pop_params, low_rank_shared)
         carry = layouts.fitness(self.episode, self.num_env_steps, keys, pop_params, _opaque(env_params),
-                                obs_stats, meta, self.compaction, self.layout, varies)
+                                obs_stats, meta, self.compaction, self.layout, self._members(low_rank_shared))
         stats = None
         if self.obs_normalization:
             members = carry.ret.shape[0]

@@ -2,8 +2,9 @@
 path bit for bit; results do not depend on the population size, the pieces on threads or the
 device count; factors drawn inside the evaluation are the explicit ones; a member evaluated as
 the shared product plus its correction equals the same member as explicit parameters to
-float32 rounding (every family under `-m slow`); no `(P, n_in, n_out)` array is compiled; the
-EGGROLL example learns CartPole."""
+float32 rounding (every family under `-m slow`), and evaluated member by member (`product`
+"member", and "auto" for small policies) equals it to the bit; no `(P, n_in, n_out)` array is
+compiled; the EGGROLL example learns CartPole."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from functools import partial
 
 import flax.linen as nn
 import jax
@@ -42,7 +44,7 @@ def pendulum():
     mean = policy.init_params(jax.random.key(0), env, env_params)
     wrapper = RolloutWrapper(policy.apply, env=env, env_params=env_params, num_env_steps=50, devices=1, threads=2)
     keys = jax.random.split(jax.random.key(1), 3)
-    pop = LowRankPopulation.from_key(mean, jax.random.key(2), sigma=0.2, rank=2, pop_size=16)
+    pop = LowRankPopulation.from_key(mean, jax.random.key(2), sigma=0.2, rank=2, pop_size=16, product="shared")
     return mean, wrapper, keys, pop
 
 
@@ -59,13 +61,38 @@ def test_fitness_equals_the_trajectory_path_bit_for_bit_and_the_explicit_members
     np.testing.assert_allclose(explicit, fitness.returns, rtol=RETURN_RTOL)
 
 
+def test_auto_evaluates_small_policies_member_by_member_and_wide_ones_through_the_shared_product(pendulum):
+    """`product="auto"`: the 3-16-1 MLP's rank-2 corrections cost more than a twelfth of its
+    products, so its members are evaluated as explicit parameters, bit for bit `materialize`'s
+    (fitness and trajectories); the rule's verdicts on the benchmark's policies."""
+    mean, wrapper, keys, pop = pendulum
+    auto = pop.replace(product="auto")
+    assert pop.shared_product and not auto.shared_product
+    explicit = wrapper.population_fitness(keys, pop.materialize()).returns
+    np.testing.assert_array_equal(wrapper.population_fitness(keys, auto).returns, explicit)
+    np.testing.assert_array_equal(wrapper.population_rollout(keys, auto)[-1], explicit)
+    shared = wrapper.population_fitness(keys, pop).returns
+    assert not np.array_equal(shared, explicit), "the shared product rounds apart"
+
+    def mlp(sizes):
+        return {f"Dense_{i}": {"kernel": jnp.zeros((m, n)), "bias": jnp.zeros(n)}
+                for i, (m, n) in enumerate(zip(sizes, sizes[1:]))}
+
+    verdicts = {(sizes, r): low_rank.cheap_corrections(mlp(sizes), r)
+                for sizes in [(4, 32, 32, 2), (3, 32, 32, 1), (6, 64, 64, 3), (400, 256, 256, 6), (3, 256, 256, 1)]
+                for r in (1, 4)}
+    assert [s for s, shared in verdicts.items() if shared] == [((6, 64, 64, 3), 1), ((400, 256, 256, 6), 1),
+                                                               ((400, 256, 256, 6), 4), ((3, 256, 256, 1), 1),
+                                                               ((3, 256, 256, 1), 4)]
+
+
 def test_explicit_factors_of_any_members_equal_the_drawn_ones(pendulum):
     """Members 6..15 as their own population, from the explicit factors `draw_factors` gives for
     their global indices: the same returns, bit for bit."""
     mean, wrapper, keys, pop = pendulum
     whole = np.asarray(wrapper.population_fitness(keys, pop).returns)
     factors = draw_factors(mean, jax.random.key(2), jnp.arange(6, 16), rank=2)
-    part = wrapper.population_fitness(keys, LowRankPopulation.from_factors(mean, factors, sigma=0.2))
+    part = wrapper.population_fitness(keys, LowRankPopulation.from_factors(mean, factors, sigma=0.2, product="shared"))
     np.testing.assert_array_equal(part.returns, whole[6:])
 
 
@@ -74,9 +101,9 @@ def test_results_do_not_depend_on_population_size_or_pieces_on_threads(pendulum)
     `from_key(members=88..175)`), and the first 16 equal the population of 16 (chunks of 64
     members rather than 32: another row count of the shared product)."""
     mean, wrapper, keys, pop = pendulum
-    both = wrapper.population_fitness(keys, LowRankPopulation.from_key(mean, jax.random.key(2), 0.2, 2, pop_size=176))
-    first = LowRankPopulation.from_key(mean, jax.random.key(2), 0.2, 2, pop_size=88)
-    second = LowRankPopulation.from_key(mean, jax.random.key(2), 0.2, 2, members=jnp.arange(88, 176))
+    drawn = partial(LowRankPopulation.from_key, mean, jax.random.key(2), 0.2, 2, product="shared")
+    both = wrapper.population_fitness(keys, drawn(pop_size=176))
+    first, second = drawn(pop_size=88), drawn(members=jnp.arange(88, 176))
     halves = [np.asarray(wrapper.population_fitness(keys, p).returns) for p in (first, second)]
     np.testing.assert_array_equal(both.returns, np.concatenate(halves))
     np.testing.assert_array_equal(halves[0][:16], wrapper.population_fitness(keys, pop).returns)
@@ -156,7 +183,7 @@ def test_layers_compute_the_shared_product_plus_the_correction(name):
     key = jax.random.key(0)
     mean = jax.jit(lambda: policy.init(key, obs[0], *((carry,) if cls is LSTMPolicy else ()), key))()
     # Rank 5: no kernel here has 5 outputs, so a factor `(6, n_in, 5)` is not mistaken for a kernel.
-    pop = LowRankPopulation.from_key(mean, jax.random.key(2), sigma=0.3, rank=5, pop_size=6)
+    pop = LowRankPopulation.from_key(mean, jax.random.key(2), sigma=0.3, rank=5, pop_size=6, product="shared")
 
     def shared(per_member, rest, obs):
         forward = lambda m, o: low_rank.apply(lambda p, o: _outputs(policy, p, o, carry), m, o)  # noqa: E731
@@ -192,18 +219,22 @@ FAMILIES = [("CartPole-v1", MLPPolicy, {"hidden_sizes": (16,)}, 200),
 @pytest.mark.parametrize("env_id, cls, kwargs, num_steps", FAMILIES,
                          ids=[f"{f[0]}-{f[1].__name__}-{f[2].get('head', 'greedy')}" for f in FAMILIES])
 def test_every_family_low_rank_equals_explicit_and_fitness_equals_trajectories(env_id, cls, kwargs, num_steps):
-    """Discrete actions: the same actions at every step; continuous: returns within
-    `RETURN_RTOL`. The fitness path equals the trajectory path bit for bit, with compaction and
-    with observation normalisation."""
+    """The shared product: discrete actions the same at every step, continuous returns within
+    `RETURN_RTOL`. Member by member (`product="member"`): the explicit members' trajectories to
+    the bit. The fitness path equals the trajectory path bit for bit, with compaction and with
+    observation normalisation."""
     env, env_params = make(env_id)
     policy = cls.for_env(env, env_params, **kwargs)
     mean = policy.init_params(jax.random.key(0), env, env_params)
     extra = {"init_carry": policy.initialize_carry()} if cls is LSTMPolicy else {}
     wrapper = RolloutWrapper(policy.apply, env=env, env_params=env_params, num_env_steps=num_steps, devices=1,
                              obs_normalization=True, **extra)
-    pop = LowRankPopulation.from_key(mean, jax.random.key(2), sigma=0.1, rank=2, pop_size=16)
+    pop = LowRankPopulation.from_key(mean, jax.random.key(2), sigma=0.1, rank=2, pop_size=16, product="shared")
     keys = jax.random.split(jax.random.key(1), 3)
     low, explicit = wrapper.population_rollout(keys, pop), wrapper.population_rollout(keys, pop.materialize())
+    by_member = wrapper.population_rollout(keys, pop.replace(product="member"))
+    for got, want in zip(by_member, explicit):
+        np.testing.assert_array_equal(got, want)
     fitness = wrapper.population_fitness(keys, pop)
     np.testing.assert_array_equal(fitness.returns, low[-1])
     if jnp.issubdtype(low[1].dtype, jnp.integer):
@@ -219,7 +250,7 @@ DEVICES_SCRIPT = textwrap.dedent("""
     env, params = make("Acrobot-v1", max_steps_in_episode=200)
     policy = MLPPolicy.for_env(env, params, hidden_sizes=(16,))
     mean = policy.init_params(jax.random.key(0), env, params)
-    pop = LowRankPopulation.from_key(mean, jax.random.key(2), sigma=0.3, rank=2, pop_size=10)
+    pop = LowRankPopulation.from_key(mean, jax.random.key(2), sigma=0.3, rank=2, pop_size=10, product="shared")
     keys = jax.random.split(jax.random.key(1), 3)
     out = {}
     for n in (1, 2, 3, 4):
@@ -256,7 +287,8 @@ def test_bad_factors_and_arguments_are_refused_in_a_line(pendulum):
         LowRankPopulation.from_factors(mean, {"params": {}}, 0.1)
     for kwargs, message in [({"pop_size": 4, "rank": 0}, "rank must be an integer >= 1"),
                             ({"pop_size": 4, "sigma": float("nan")}, "sigma must be a finite number"),
-                            ({}, "either pop_size or members"), ({"pop_size": 0}, "pop_size must be an integer")]:
+                            ({}, "either pop_size or members"), ({"pop_size": 0}, "pop_size must be an integer"),
+                            ({"pop_size": 4, "product": "explicit"}, "product must be one of auto, shared, member")]:
         with pytest.raises(ValueError, match=message):
             LowRankPopulation.from_key(mean, jax.random.key(0), **{"sigma": 0.1, **kwargs})
     other = {"params": {"Dense_0": {"kernel": jnp.zeros((5, 16)), "bias": jnp.zeros(16)}}}  # not Pendulum's
@@ -285,7 +317,7 @@ def test_other_layers_read_the_members_own_parameters():
 
     table = Table()
     mean = table.init(jax.random.key(0), jnp.zeros((), jnp.int32))
-    pop = LowRankPopulation.from_key(mean, jax.random.key(1), sigma=0.5, rank=1, pop_size=4)
+    pop = LowRankPopulation.from_key(mean, jax.random.key(1), sigma=0.5, rank=1, pop_size=4, product="shared")
     members = low_rank.members(*low_rank.split(pop))
     got = jax.vmap(lambda m: low_rank.apply(table.apply, m, jnp.asarray(2)),
                    in_axes=(low_rank.Member(None, 0, None, None),))(members)

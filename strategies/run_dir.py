@@ -441,6 +441,10 @@ def _open_primary(config: EvolveConfig | None, options: RunOptions) -> tuple[dic
     try:
         saved = checkpoint.read(prepared.run_dir) if prepared.resuming else None
         meta = _start_meta(prepared, saved)
+        if prepared.resuming and prepared.config.num_generations < int(meta["generation"]):
+            raise ValueError(f"--resume {prepared.run_dir}: num_generations {prepared.config.num_generations} is below "
+                             f"the {meta['generation']} generations the run has run; a run cannot be shortened "
+                             f"(leave num_generations out, or raise it to continue)")
         opened = {"run_dir": str(prepared.run_dir), "resuming": prepared.resuming,
                   "config": prepared.config.to_dict(), "meta": meta}
         done = prepared.resuming and complete(meta, prepared.config, prepared.saved)

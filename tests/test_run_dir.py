@@ -71,6 +71,15 @@ def test_a_checkpoint_without_its_json_still_resumes(tmp_path):
     assert out["generations"] == 6 and [int(r["generation"]) for r in read_metrics(run_dir)] == list(range(1, 7))
 
 
+def test_resuming_with_fewer_generations_than_run_is_refused_and_changes_nothing(tmp_path):
+    run_dir = tmp_path / "run"
+    evolve(EvolveConfig(**TINY), RunOptions(run_dir=str(run_dir), **QUIET))
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir()}
+    with pytest.raises(ValueError, match="num_generations 2 is below the 4 generations the run has run"):
+        evolve(EvolveConfig(**{**TINY, "num_generations": 2}), RunOptions(resume=str(run_dir), **QUIET))
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir()} == before
+
+
 def test_a_second_process_is_refused_and_a_dead_ones_lock_is_not_in_the_way(tmp_path):
     run_dir = tmp_path / "run"
     evolve(EvolveConfig(**TINY), RunOptions(run_dir=str(run_dir), **QUIET))

@@ -173,3 +173,29 @@ def test_bad_counts_are_rejected_before_any_work(tmp_path):
         with pytest.raises(SystemExit, match=flag):
             run.main(["--quick", flag, "0", "--out", str(tmp_path / "x.json")])
     assert not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.slow
+def test_quick_low_rank_benchmark_shows_which_product_ran(tmp_path):
+    """`benchmark.py low_rank --quick`: every row, `product="auto"` member by member on CartPole's
+    2x32 MLP (and the shared product forced beside it), the shared product on Pendulum's 256x256."""
+    from benchmarks import low_rank
+
+    out = tmp_path / "low_rank.json"
+    assert low_rank.main(["--quick", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["results"]
+    got = {(r["env"], r["impl"]): r.get("product") for r in rows}
+    assert got[("CartPole-v1", "low rank r=1")] == "member" and ("CartPole-v1", "shared r=1") in got
+    assert got[("Pendulum-v1", "low rank r=1")] == "shared" and ("Pendulum-v1", "shared r=1") not in got
+    assert {impl for _, impl in got} >= {"full rank", "inference limit", "matmul limit"}
+    assert all(r["time_s"] > 0 and r["vs_full"] > 0 for r in rows)
+
+
+@pytest.mark.slow
+def test_the_memory_probe_reads_a_fresh_processs_peak():
+    """`benchmark.py low_rank --memory`'s probe: a child evaluating 256 members of Breakout's
+    400-256-256-6 MLP, its peak resident memory from `os.wait4`."""
+    from benchmarks import low_rank
+
+    row = low_rank.peak_memory(256)
+    assert 0.1 < row["peak_rss_gib"] < 4 and np.isfinite(row["mean_return"])

@@ -18,6 +18,10 @@ episodes of the same members:
 - `inference limit`: the mean policy alone on all `P x B` episodes, fused with the environment in
   one `lax.scan` of `num_env_steps` steps (no perturbation, no early exit): what evaluating the
   population costs if members cost nothing;
+- `matmul limit`: the mean policy's forward pass alone on `P x B` rows of observations for
+  `num_env_steps` steps in one scan, no environment: the policy's products at this machine's
+  speed for dense products, a floor for any evaluation that runs every step (the inference
+  limit's policy half);
 - `gymnax best case`: gymnax's `RolloutWrapper.population_rollout` returning only `cum_return`, on
   the full-rank members (when gymnax is installed and registers the environment).
 
@@ -75,6 +79,23 @@ def inference_limit(env, policy, num_steps: int):
     return jax.jit(run, compiler_options=compiler.options())
 
 
+def matmul_limit(policy, num_steps: int):
+    """`fn(obs (N, ...), mean) -> (N, ...)`: the mean policy's forward pass on N rows, `num_steps`
+    times in one scan, each step's input the last one's plus a trace of its output (so no step
+    can be skipped or hoisted)."""
+    def run(obs, mean):
+        x0 = obs.astype(jnp.float32)
+
+        def body(x, _):
+            out = jax.vmap(policy.apply, in_axes=(None, 0))(mean, x)
+            nudge = 1e-30 * jnp.sum(out.astype(jnp.float32), axis=tuple(range(1, out.ndim)))
+            return x + nudge.reshape((-1,) + (1,) * (x.ndim - 1)), None
+
+        return jax.lax.scan(body, x0, None, num_steps)[0]
+
+    return jax.jit(run, compiler_options=compiler.options())
+
+
 def _timed(fn, repeats: int) -> tuple[float, float]:
     """`(compile-and-first-call seconds, best of repeats seconds)`."""
     start = time.perf_counter()
@@ -114,6 +135,8 @@ def bench_workload(env_id: str, hidden: tuple, num_env_steps: int | None, pop_si
     explicit = jax.block_until_ready(populations[1].materialize())
     episode_keys = jax.random.split(jax.random.key(3), pop_size * num_rollouts)
     limit = inference_limit(env, policy, steps)
+    dense = matmul_limit(policy, steps)
+    obs = jax.vmap(env.reset_env, in_axes=(0, None))(episode_keys, env_params)[0]
     programs = {
         "full rank": lambda: manager.population_fitness(keys, explicit).returns,
         "low rank r=1": lambda: manager.population_fitness(keys, populations[1]).returns,
@@ -121,6 +144,7 @@ def bench_workload(env_id: str, hidden: tuple, num_env_steps: int | None, pop_si
         **{f"shared r={r}": partial(lambda pop: manager.population_fitness(keys, pop).returns, pop)
            for r, pop in forced.items()},
         "inference limit": lambda: limit(episode_keys, mean, env_params),
+        "matmul limit": lambda: dense(obs, mean),
     }
     products = {f"low rank r={r}": "shared" if pop.shared_product else "member" for r, pop in populations.items()}
     gymnax_best = _gymnax_best(env_id, policy, steps)

@@ -19,9 +19,9 @@ episodes of the same members:
   one `lax.scan` of `num_env_steps` steps (no perturbation, no early exit): what evaluating the
   population costs if members cost nothing;
 - `matmul limit`: the mean policy's forward pass alone on `P x B` rows of observations for
-  `num_env_steps` steps in one scan, no environment: the policy's products at this machine's
-  speed for dense products, a floor for any evaluation that runs every step (the inference
-  limit's policy half);
+  `num_env_steps` steps, in the engine's chunks of rows, no environment: the policy's products
+  at this machine's speed for dense products, a floor for any evaluation that runs every step
+  (the inference limit's policy half);
 - `gymnax best case`: gymnax's `RolloutWrapper.population_rollout` returning only `cum_return`, on
   the full-rank members (when gymnax is installed and registers the environment).
 
@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import subprocess
@@ -50,7 +51,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from popeval import MLPPolicy, RolloutWrapper, compiler, make
+from popeval import MLPPolicy, RolloutWrapper, compiler, layouts, make
 from popeval.low_rank import LowRankPopulation
 
 #: (environment, hidden sizes, num_env_steps or None for the environment's own): Breakout runs
@@ -80,18 +81,22 @@ def inference_limit(env, policy, num_steps: int):
 
 
 def matmul_limit(policy, num_steps: int):
-    """`fn(obs (N, ...), mean) -> (N, ...)`: the mean policy's forward pass on N rows, `num_steps`
-    times in one scan, each step's input the last one's plus a trace of its output (so no step
-    can be skipped or hoisted)."""
-    def run(obs, mean):
-        x0 = obs.astype(jnp.float32)
-
+    """`fn(obs (N, ...), mean) -> (N, ...)`: the mean policy's forward pass on N rows, in chunks
+    of `gcd(N, layouts.CHUNK_EPISODES)` rows (the engine's width, so they stay in cache),
+    `num_steps` times in one scan per chunk, each step's input the last one's plus a trace of
+    its output (so no step can be skipped or hoisted)."""
+    def chunk(x0, mean):
         def body(x, _):
             out = jax.vmap(policy.apply, in_axes=(None, 0))(mean, x)
             nudge = 1e-30 * jnp.sum(out.astype(jnp.float32), axis=tuple(range(1, out.ndim)))
             return x + nudge.reshape((-1,) + (1,) * (x.ndim - 1)), None
 
         return jax.lax.scan(body, x0, None, num_steps)[0]
+
+    def run(obs, mean):
+        rows = math.gcd(obs.shape[0], layouts.CHUNK_EPISODES)
+        chunks = obs.astype(jnp.float32).reshape((-1, rows) + obs.shape[1:])
+        return jax.lax.map(lambda x: chunk(x, mean), chunks)
 
     return jax.jit(run, compiler_options=compiler.options())
 

@@ -17,9 +17,9 @@ so member `i` of a `LowRankPopulation` has:
 - for every other leaf `v` (biases, a learned `log_std`): `v + sigma * E_i`, `E_i` of `v`'s
   shape.
 
-Evaluation. Each chunk of members (`popeval.layouts`) draws its members' factors when it
-starts, so nothing the size of the whole population's perturbations exists. With the shared
-product (`product="shared"`) the mean parameters are shared by every member of the chunk (no
+Evaluation. With the shared product (`product="shared"`) each chunk of members
+(`popeval.layouts`) draws its members' factors when it starts, so nothing the size of the whole
+population's perturbations exists, and the mean parameters are shared by every member of the chunk (no
 member axis), so `jax.vmap` turns a layer's `x @ W` for all of a chunk's episodes into one
 product, and each member adds its rank-`r` correction `sigma / sqrt(r) * (x @ B_i) @ A_i^T`
 (`apply`). `flax.linen.Dense`, `Conv` and `OptimizedLSTMCell` are computed that way; any other
@@ -28,8 +28,8 @@ sigma / sqrt(r) * B_i A_i^T` computed for it, which costs a per-member product b
 member. (The member's Dense kernels are computed too, then unused: XLA drops them, so no
 `(P, n_in, n_out)` array exists.) A chunk holds at least `popeval.layouts.SHARED_EPISODES`
 episodes, so that the shared product rounds alike at every chunk width. Member by member
-(`product="member"`) the chunk computes its members' explicit parameters and evaluates them as
-an explicit population. `product="auto"` (the default) takes the shared product where the
+(`product="member"`) the evaluation computes its members' explicit parameters first and
+evaluates them as an explicit population. `product="auto"` (the default) takes the shared product where the
 corrections are cheap beside the products (`cheap_corrections`), and goes member by member
 otherwise (small policies, where the corrections cost what the shared product saves).
 
@@ -340,20 +340,14 @@ def split(pop: LowRankPopulation) -> tuple[Any, LowRankPopulation]:
 
 
 def members(per_member: Any, shared: LowRankPopulation) -> Any:
-    """`split`'s parts (of some members: a chunk's) -> what the evaluation reads for them
-    (`varies`): their `Member`s (factors drawn here if need be) stacked along the factors'
-    member axis, or, evaluated member by member, their explicit parameters."""
+    """`split`'s parts (of some members: a chunk's) -> what the evaluation reads for them:
+    their `Member`s (factors drawn here if need be) stacked along the factors' member axis
+    (`MEMBER_VARIES`), or, evaluated member by member, their explicit parameters."""
     pop = shared.replace(factors=per_member[0], members=per_member[1])
     scale = pop.sigma / jnp.sqrt(jnp.float32(pop.rank))
     if not pop.shared_product:
         return jax.vmap(partial(_member_params, pop.mean, sigma=pop.sigma, scale=scale))(pop.all_factors())
     return Member(pop.mean, pop.all_factors(), pop.sigma, scale)
-
-
-def varies(shared: LowRankPopulation) -> Any:
-    """`popeval.layouts`' `varies` of `members`' result: of a `Member` only the factors have a
-    member axis; explicit parameters have it everywhere."""
-    return MEMBER_VARIES if shared.shared_product else "P"
 
 
 class _Kernel(NamedTuple):

@@ -238,22 +238,27 @@ class RolloutWrapper:
                          "(a batch of M parameter sets)")
 
     @staticmethod
-    def _members(low_rank_shared) -> layouts.Members:
-        """How a chunk reads its rows of the members: explicit parameters, or (with
-        `low_rank_shared`, `low_rank.split`'s second part) a low-rank population's members."""
+    def _members(pop_params, low_rank_shared) -> tuple[Any, layouts.Members]:
+        """`(rows, members)` for `popeval.layouts`: explicit parameters; or (with
+        `low_rank_shared`, `low_rank.split`'s second part) a low-rank population's, member by
+        member its explicit parameters, through the shared product its factors or indices, from
+        which each chunk draws its members."""
         if low_rank_shared is None:
-            return layouts.EXPLICIT
-        return layouts.Members(partial(low_rank.members, shared=low_rank_shared), low_rank.varies(low_rank_shared))
+            return pop_params, layouts.EXPLICIT
+        if not low_rank_shared.shared_product:
+            return low_rank.members(pop_params, low_rank_shared), layouts.EXPLICIT
+        return pop_params, layouts.Members(partial(low_rank.members, shared=low_rank_shared), low_rank.MEMBER_VARIES)
 
     def _population_rollout_fn(self, keys, pop_params, env_params, obs_stats, low_rank_shared=None):
         meta = self._is_param_batch(env_params)
-        return layouts.trajectories(self._single_fn, keys, pop_params, env_params, obs_stats, meta, self.layout,
-                                    self._members(low_rank_shared))
+        rows, members = self._members(pop_params, low_rank_shared)
+        return layouts.trajectories(self._single_fn, keys, rows, env_params, obs_stats, meta, self.layout, members)
 
     def _population_fitness_fn(self, keys, pop_params, env_params, obs_stats, low_rank_shared=None):
         meta = self._is_param_batch(env_params)
-        carry = layouts.fitness(self.episode, self.num_env_steps, keys, pop_params, _opaque(env_params),
-                                obs_stats, meta, self.compaction, self.layout, self._members(low_rank_shared))
+        rows, members = self._members(pop_params, low_rank_shared)
+        carry = layouts.fitness(self.episode, self.num_env_steps, keys, rows, _opaque(env_params),
+                                obs_stats, meta, self.compaction, self.layout, members)
         stats = None
         if self.obs_normalization:
             members = carry.ret.shape[0]

@@ -18,16 +18,16 @@ episodes of the same members:
 - `inference limit`: the mean policy alone on all `P x B` episodes, fused with the environment in
   one `lax.scan` of `num_env_steps` steps (no perturbation, no early exit): what evaluating the
   population costs if members cost nothing;
-- `matmul limit`: the mean policy's forward pass alone on `P x B` rows of observations for
-  `num_env_steps` steps, in the engine's chunks of rows, no environment: the policy's products
-  at this machine's speed for dense products, a floor for any evaluation that runs every step
-  (the inference limit's policy half);
 - `gymnax best case`: gymnax's `RolloutWrapper.population_rollout` returning only `cum_return`, on
   the full-rank members (when gymnax is installed and registers the environment).
 
 A time is the best of `--repeats` calls after a compiling one; `vs limit` is the inference limit's
-time over the row's, `vs full` the full-rank time over the row's. Prints a table; writes JSON with
-the load average before and after each workload.
+time over the row's, `vs full` the full-rank time over the row's. `GFLOP/s`: the mean policy's
+dense products (`2 n_in n_out` per matrix and step, no corrections) over the steps the row
+computes (the fitness path's until each episode ends, the scans' all `num_env_steps`), per
+second, against `gemm`: this machine's rate for a `(2048, 256) x (256, 256)` product in a scan
+(`gemm_rate`), the most a row can reach. Prints a table; writes JSON with the load average
+before and after each workload.
 
 `--memory`: the peak resident memory of a fresh process that evaluates `--pop_size` members of
 Breakout's 400-256-256-6 MLP (rank 1, one 500-step episode each) with `population_fitness`,
@@ -51,7 +51,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from popeval import MLPPolicy, RolloutWrapper, compiler, layouts, make
+from popeval import MLPPolicy, RolloutWrapper, compiler, make
 from popeval.low_rank import LowRankPopulation
 
 #: (environment, hidden sizes, num_env_steps or None for the environment's own): Breakout runs
@@ -80,25 +80,17 @@ def inference_limit(env, policy, num_steps: int):
     return jax.jit(run, compiler_options=compiler.options())
 
 
-def matmul_limit(policy, num_steps: int):
-    """`fn(obs (N, ...), mean) -> (N, ...)`: the mean policy's forward pass on N rows, in chunks
-    of `gcd(N, layouts.CHUNK_EPISODES)` rows (the engine's width, so they stay in cache),
-    `num_steps` times in one scan per chunk, each step's input the last one's plus a trace of
-    its output (so no step can be skipped or hoisted)."""
-    def chunk(x0, mean):
-        def body(x, _):
-            out = jax.vmap(policy.apply, in_axes=(None, 0))(mean, x)
-            nudge = 1e-30 * jnp.sum(out.astype(jnp.float32), axis=tuple(range(1, out.ndim)))
-            return x + nudge.reshape((-1,) + (1,) * (x.ndim - 1)), None
+def gemm_rate(repeats: int = 3) -> float:
+    """GFLOP/s of `tanh(x @ W)` with `x (2048, 256)`, `W (256, 256)`, 500 times in one scan."""
+    x, w = jax.random.normal(jax.random.key(0), (2048, 256)), jax.random.normal(jax.random.key(1), (256, 256))
+    run = jax.jit(lambda x, w: jax.lax.scan(lambda x, _: (jnp.tanh(x @ w), None), x, None, 500)[0],
+                  compiler_options=compiler.options())
+    return 2 * 2048 * 256 * 256 * 500 / _timed(lambda: run(x, w), repeats)[1] / 1e9
 
-        return jax.lax.scan(body, x0, None, num_steps)[0]
 
-    def run(obs, mean):
-        rows = math.gcd(obs.shape[0], layouts.CHUNK_EPISODES)
-        chunks = obs.astype(jnp.float32).reshape((-1, rows) + obs.shape[1:])
-        return jax.lax.map(lambda x: chunk(x, mean), chunks)
-
-    return jax.jit(run, compiler_options=compiler.options())
+def _dense_flops(mean) -> int:
+    """FLOPs of one step of the mean policy's products."""
+    return sum(2 * math.prod(leaf.shape) for leaf in jax.tree.leaves(mean) if leaf.ndim >= 2)
 
 
 def _timed(fn, repeats: int) -> tuple[float, float]:
@@ -140,8 +132,6 @@ def bench_workload(env_id: str, hidden: tuple, num_env_steps: int | None, pop_si
     explicit = jax.block_until_ready(populations[1].materialize())
     episode_keys = jax.random.split(jax.random.key(3), pop_size * num_rollouts)
     limit = inference_limit(env, policy, steps)
-    dense = matmul_limit(policy, steps)
-    obs = jax.vmap(env.reset_env, in_axes=(0, None))(episode_keys, env_params)[0]
     programs = {
         "full rank": lambda: manager.population_fitness(keys, explicit).returns,
         "low rank r=1": lambda: manager.population_fitness(keys, populations[1]).returns,
@@ -149,9 +139,11 @@ def bench_workload(env_id: str, hidden: tuple, num_env_steps: int | None, pop_si
         **{f"shared r={r}": partial(lambda pop: manager.population_fitness(keys, pop).returns, pop)
            for r, pop in forced.items()},
         "inference limit": lambda: limit(episode_keys, mean, env_params),
-        "matmul limit": lambda: dense(obs, mean),
     }
     products = {f"low rank r={r}": "shared" if pop.shared_product else "member" for r, pop in populations.items()}
+    evaluated = {"full rank": explicit, **{f"low rank r={r}": p for r, p in populations.items()},
+                 **{f"shared r={r}": p for r, p in forced.items()}}
+    computed = {impl: int(manager.population_fitness(keys, pop).lengths.sum()) for impl, pop in evaluated.items()}
     gymnax_best = _gymnax_best(env_id, policy, steps)
     if gymnax_best is not None:
         programs["gymnax best case"] = lambda: gymnax_best(keys, explicit)
@@ -161,7 +153,8 @@ def bench_workload(env_id: str, hidden: tuple, num_env_steps: int | None, pop_si
         first, best = _timed(fn, repeats)
         rows.append({"env": env_id, "hidden": list(hidden), "pop_size": pop_size, "num_rollouts": num_rollouts,
                      "num_env_steps": steps, "impl": impl, "product": products.get(impl), "time_s": best,
-                     "first_call_s": first})
+                     "first_call_s": first,
+                     "gflops": computed.get(impl, pop_size * num_rollouts * steps) * _dense_flops(mean) / best / 1e9})
         print(f"  {env_id} {hidden} {impl}: {best * 1e3:.1f} ms (first call {first:.1f} s)", flush=True)
     times = {r["impl"]: r["time_s"] for r in rows}
     for r in rows:
@@ -172,11 +165,11 @@ def bench_workload(env_id: str, hidden: tuple, num_env_steps: int | None, pop_si
 
 def format_table(rows: list[dict]) -> str:
     lines = [f"{'env':<18} {'hidden':<10} {'impl':<17} {'product':<8} {'time ms':>9} {'vs limit':>9} {'vs full':>8} "
-             f"{'load':>9}"]
+             f"{'GFLOP/s':>8} {'load':>9}"]
     for r in rows:
         hidden = "x".join(map(str, r["hidden"]))
         lines.append(f"{r['env']:<18} {hidden:<10} {r['impl']:<17} {r.get('product') or '':<8} "
-                     f"{r['time_s'] * 1e3:>9.1f} {r['vs_limit']:>9.2f} {r['vs_full']:>8.2f} "
+                     f"{r['time_s'] * 1e3:>9.1f} {r['vs_limit']:>9.2f} {r['vs_full']:>8.2f} {r['gflops']:>8.1f} "
                      f"{r['load_before']:>4.1f}-{r['load_after']:<4.1f}")
     return "\n".join(lines)
 
@@ -219,14 +212,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.memory:
         return memory_main(args)
     workloads, pop_size, repeats = (QUICK, 64, 2) if args.quick else (WORKLOADS, args.pop_size or 256, args.repeats)
+    gemm = gemm_rate()
+    print(f"gemm: {gemm:.1f} GFLOP/s (load {os.getloadavg()[0]:.1f})", flush=True)
     rows = []
     for env_id, hidden, num_env_steps in workloads:
         rows += bench_workload(env_id, hidden, num_env_steps, pop_size, args.num_rollouts, repeats)
-    print(format_table(rows))
+    print(format_table(rows) + f"\ngemm: {gemm:.1f} GFLOP/s")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     machine = {"cpu": platform.processor() or platform.machine(), "cpus": os.cpu_count(), "jax": jax.__version__,
-               "devices": [str(d) for d in jax.local_devices()]}
+               "devices": [str(d) for d in jax.local_devices()], "gemm_gflops": gemm}
     out.write_text(json.dumps({"machine": machine, "results": rows}, indent=2))
     print(f"wrote {out}")
     return 0

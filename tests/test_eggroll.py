@@ -172,10 +172,13 @@ def test_the_best_member_is_kept_as_explicit_parameters(resumed_run):
 def test_no_program_holds_a_members_matrix():
     """Memory: neither the evaluation nor the update (nor the best member's parameters, one
     member) holds a `(members, 64, 64)` array: the 64x64 kernel exists as the mean and as
-    factors only (the optimised programs' buffers, 16 members on one device)."""
+    factors only (the optimised programs' buffers, 16 members on one device; rank 1, where
+    `product="auto"` takes the shared product for this MLP)."""
     from popeval.strategies.programs import build, generation_step, init_state
 
-    config = EvolveConfig(**{**TINY, "pop_size": 16, "hidden_sizes": [64, 64], "compaction": False})
+    kwargs = {**TINY["strategy_kwargs"], "rank": 1}
+    config = EvolveConfig(**{**TINY, "pop_size": 16, "hidden_sizes": [64, 64], "compaction": False,
+                             "strategy_kwargs": kwargs})
     run = build(config)
     step = generation_step(run, config, 1)
     texts = [lowered.compile().as_text() for _, lowered in step.lower(init_state(run, config), np.int32(0))]

@@ -8,7 +8,7 @@ each, one run after another, and prints a markdown table (median and range over 
 
 A row's return is the run's final evaluation of the mean policy (its config's `eval_episodes`
 episodes, 64 here). OpenAI-ES is evosax's `Open_ES`; EGGROLL is `popeval.strategies.eggroll`
-at rank 1 with the same sigma, learning rate and optimizer (Adam). Both start from the same
+at rank 1, and at rank 4, with the same sigma, learning rate and optimizer (Adam). Both start from the same
 policy parameters (the seed's).
 """
 
@@ -25,7 +25,9 @@ from pathlib import Path
 CONFIGS = Path(__file__).resolve().parent / "configs"
 SETTINGS = {"learning_rate": 0.05, "std_init": 0.1}
 STRATEGIES = {"openai_es": {"strategy": "openai_es", "strategy_kwargs": SETTINGS},
-              "eggroll": {"strategy": "eggroll", "strategy_kwargs": {"rank": 1, "sigma": 0.1, "learning_rate": 0.05}}}
+              "eggroll": {"strategy": "eggroll", "strategy_kwargs": {"rank": 1, "sigma": 0.1, "learning_rate": 0.05}},
+              "eggroll r=4": {"strategy": "eggroll", "strategy_kwargs": {"rank": 4, "sigma": 0.1,
+                                                                        "learning_rate": 0.05}}}
 #: name: (shipped config, overrides shared by both strategies)
 COMPARISONS = {
     "cartpole": ("cartpole.yaml", {}),
@@ -41,8 +43,8 @@ def run(name: str, strategy: str, seed: int, root: Path) -> dict:
     config = load_config(CONFIGS / config_file, {**shared, **STRATEGIES[strategy], "seed": seed,
                                                  "checkpoint_every": 10**6})
     start = time.perf_counter()
-    summary = evolve(config, RunOptions(run_dir=str(root / f"{name}-{strategy}-{seed}"), wandb="disabled",
-                                        progress=False))
+    run_dir = root / f"{name}-{strategy.replace(' ', '_')}-{seed}"
+    summary = evolve(config, RunOptions(run_dir=str(run_dir), wandb="disabled", progress=False))
     setup = (f"{config.env_name} (MLP {'x'.join(map(str, config.hidden_sizes))}, {config.pop_size} x "
              f"{config.num_rollouts}, {config.num_generations} generations)")
     solved = summary.get("solved_at")

@@ -236,10 +236,10 @@ def test_the_learning_table_gives_median_range_and_solved_generations():
 
 
 @pytest.mark.slow
-def test_the_learning_comparison_runs_both_strategies_from_one_config(monkeypatch):
+def test_the_learning_comparison_runs_every_strategy_from_one_config(monkeypatch):
     learning = _learning()
     tiny = {k: v for k, v in TINY.items() if not k.startswith("strategy")}
     monkeypatch.setitem(learning.COMPARISONS, "tiny", ("cartpole.yaml", tiny))
     rows = learning.main(["tiny", "--seeds", "0"])
-    assert [r["strategy"] for r in rows] == ["openai_es", "eggroll"]
+    assert [r["strategy"] for r in rows] == ["openai_es", "eggroll", "eggroll r=4"]
     assert all(r["generations"] <= 4 and r["setup"].startswith("CartPole-v1 (MLP 8, 8 x 2") for r in rows)

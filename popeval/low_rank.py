@@ -18,20 +18,21 @@ so member `i` of a `LowRankPopulation` has:
   shape.
 
 Evaluation. With the shared product (`product="shared"`) each chunk of members
-(`popeval.layouts`) draws its members' factors when it starts, so nothing the size of the whole
-population's perturbations exists, and the mean parameters are shared by every member of the chunk (no
-member axis), so `jax.vmap` turns a layer's `x @ W` for all of a chunk's episodes into one
-product, and each member adds its rank-`r` correction `sigma / sqrt(r) * (x @ B_i) @ A_i^T`
-(`apply`). `flax.linen.Dense`, `Conv` and `OptimizedLSTMCell` are computed that way; any other
-use of a parameter (another layer, your own module) reads the member's parameter itself, `W +
-sigma / sqrt(r) * B_i A_i^T` computed for it, which costs a per-member product but is the same
-member. (The member's Dense kernels are computed too, then unused: XLA drops them, so no
-`(P, n_in, n_out)` array exists.) A chunk holds at least `popeval.layouts.SHARED_EPISODES`
-episodes, so that the shared product rounds alike at every chunk width. Member by member
-(`product="member"`) the evaluation computes its members' explicit parameters first and
-evaluates them as an explicit population. `product="auto"` (the default) takes the shared product where the
-corrections are cheap beside the products (`cheap_corrections`), and goes member by member
-otherwise (small policies, where the corrections cost what the shared product saves).
+(`popeval.layouts`) draws its members' factors when it starts, so nothing the size of the
+whole population's perturbations exists, and the mean parameters are shared by every member
+of the chunk (no member axis), so `jax.vmap` turns a layer's `x @ W` for all of a chunk's
+episodes into one product, and each member adds its rank-`r` correction `sigma / sqrt(r) *
+(x @ B_i) @ A_i^T` (`apply`). `flax.linen.Dense`, `Conv` and `OptimizedLSTMCell` are computed
+that way; any other use of a parameter (another layer, your own module) reads the member's
+parameter itself, `W + sigma / sqrt(r) * B_i A_i^T` computed for it, which costs a per-member
+product but is the same member. (The member's Dense kernels are computed too, then unused:
+XLA drops them, so no `(P, n_in, n_out)` array exists.) A chunk holds at least
+`popeval.layouts.SHARED_EPISODES` episodes, so that the shared product rounds alike at every
+chunk width. Member by member (`product="member"`) the evaluation computes its members'
+explicit parameters first and evaluates them as an explicit population. `product="auto"` (the
+default) takes the shared product where the corrections are cheap beside the products
+(`cheap_corrections`), and goes member by member otherwise (small policies, where the
+corrections cost what the shared product saves).
 
 Draws. `draw_factors` draws member `m`'s numbers as one standard normal vector from
 `fold_in(fold_in(key, generation), m // 2)`, cut into the leaves in the mean's flattening order

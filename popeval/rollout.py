@@ -251,14 +251,14 @@ class RolloutWrapper:
 
     def _population_rollout_fn(self, keys, pop_params, env_params, obs_stats, low_rank_shared=None):
         meta = self._is_param_batch(env_params)
-        rows, members = self._members(pop_params, low_rank_shared)
-        return layouts.trajectories(self._single_fn, keys, rows, env_params, obs_stats, meta, self.layout, members)
+        rows, reading = self._members(pop_params, low_rank_shared)
+        return layouts.trajectories(self._single_fn, keys, rows, env_params, obs_stats, meta, self.layout, reading)
 
     def _population_fitness_fn(self, keys, pop_params, env_params, obs_stats, low_rank_shared=None):
         meta = self._is_param_batch(env_params)
-        rows, members = self._members(pop_params, low_rank_shared)
+        rows, reading = self._members(pop_params, low_rank_shared)
         carry = layouts.fitness(self.episode, self.num_env_steps, keys, rows, _opaque(env_params),
-                                obs_stats, meta, self.compaction, self.layout, members)
+                                obs_stats, meta, self.compaction, self.layout, reading)
         stats = None
         if self.obs_normalization:
             members = carry.ret.shape[0]

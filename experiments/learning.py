@@ -2,14 +2,17 @@
 strategies on the same task, network, population, episodes and generations, with three seeds
 each, one run after another, and prints a markdown table (median and range over the seeds).
 
-    python experiments/learning.py                      # every comparison (about 10 minutes here)
+    python experiments/learning.py                      # every comparison (about 70 minutes here)
+    python experiments/learning.py cartpole acrobot pendulum  # the small tasks (about 10 minutes)
     python experiments/learning.py acrobot --seeds 0 1  # some, with other seeds
     python experiments/learning.py --json out.json      # the rows as JSON as well
 
 A row's return is the run's final evaluation of the mean policy (its config's `eval_episodes`
-episodes, 64 here). OpenAI-ES is evosax's `Open_ES`; EGGROLL is `popeval.strategies.eggroll`
-at rank 1, and at rank 4, with the same sigma, learning rate and optimizer (Adam). Both start from the same
-policy parameters (the seed's).
+episodes, 64 here); its target is the config's (Breakout: a population mean fitness of 5), and
+the wall time to it counts from the run's start, compilation included. OpenAI-ES is evosax's
+`Open_ES`; EGGROLL is `popeval.strategies.eggroll` at rank 1, and at rank 4, with the same
+sigma, learning rate and optimizer (Adam). Both start from the same policy parameters (the
+seed's).
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ COMPARISONS = {
     "cartpole": ("cartpole.yaml", {}),
     "acrobot": ("acrobot.yaml", {}),
     "pendulum": ("pendulum.yaml", {"num_rollouts": 32, "num_generations": 400, "eval_every": 100}),
+    "breakout": ("breakout_minatar.yaml", {"hidden_sizes": [256, 256], "activation": "tanh", "target": 5.0,
+                                           "num_generations": 800, "eval_every": 100}),
 }
 
 
@@ -50,20 +55,28 @@ def run(name: str, strategy: str, seed: int, root: Path) -> dict:
     solved = summary.get("solved_at")
     return {"comparison": name, "setup": setup, "strategy": strategy, "seed": seed,
             "return": summary["mean_policy_return"], "solved_at": solved and solved["generation"],
+            "solved_s": solved and solved["seconds"],
             "generations": summary["generations"], "env_steps": summary["env_steps"],
             "wall_s": time.perf_counter() - start}
 
 
+def _solved(row: dict) -> str:
+    if row["solved_at"] is None:
+        return "-"
+    return f"{row['solved_at']} ({row['solved_s']:.0f} s)" if row.get("solved_s") else str(row["solved_at"])
+
+
 def table(rows: list[dict]) -> str:
     lines = ["| task (network, pop x episodes, generations) | strategy | final return: median (range) "
-             "| target reached at generation | env steps (median) | wall (median) |", "|---|---|---|---|---|---|"]
+             "| target reached at generation (wall) | env steps (median) | wall (median) |",
+             "|---|---|---|---|---|---|"]
     for name in dict.fromkeys(r["comparison"] for r in rows):
         for strategy in STRATEGIES:
             group = [r for r in rows if r["comparison"] == name and r["strategy"] == strategy]
             if not group:
                 continue
             returns = [r["return"] for r in group]
-            solved = ", ".join("-" if r["solved_at"] is None else str(r["solved_at"]) for r in group)
+            solved = ", ".join(_solved(r) for r in group)
             lines.append(f"| {group[0]['setup']} | {strategy} | {statistics.median(returns):.1f} "
                          f"({min(returns):.1f} to {max(returns):.1f}) | {solved} "
                          f"| {statistics.median(r['env_steps'] for r in group) / 1e6:.1f}M "

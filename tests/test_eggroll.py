@@ -231,6 +231,9 @@ def test_the_learning_table_gives_median_range_and_solved_generations():
     lines = learning.table(rows).splitlines()
     assert lines[2] == "| Acrobot-v1 (...) | openai_es | -85.0 (-90.0 to -80.0) | 5, -, 7 | 1.0M | 2 s |"
     assert lines[3].startswith("| Acrobot-v1 (...) | eggroll | -70.0 (-70.0 to -70.0) | 3 |")
+    rows[-1]["solved_s"] = 41.6
+    assert learning.table(rows).splitlines()[3].startswith("| Acrobot-v1 (...) | eggroll | -70.0 (-70.0 to -70.0) "
+                                                           "| 3 (42 s) |")
     with pytest.raises(SystemExit):
         learning.main(["nope"])
 

@@ -114,7 +114,7 @@ def test_a_shared_products_rows_round_alike_from_64_rows_up():
     same bits at every row count from 64 up (policy-sized `W`), so the fitness path's narrower
     chunks and smaller populations round a member's episodes as wider ones do."""
     if jax.default_backend() != "cpu":
-        pytest.skip("measured on XLA:CPU, which sets the CPU chunk minimum; accelerators run one chunk")
+        pytest.skip("a property of XLA:CPU's products, which only the CPU chunk minimum relies on")
     rng = np.random.default_rng(0)
     for k, n in [(3, 16), (32, 32), (400, 256)]:
         x = jnp.asarray(rng.normal(size=(1024, k)), jnp.float32)

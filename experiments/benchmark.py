@@ -3,10 +3,12 @@
     python experiments/benchmark.py [--quick] [--envs ...] [--pop_sizes ...] [--devices N ...] [--out FILE]
     python experiments/benchmark.py scaling [--quick] [--configs ...] [--layouts 1x1 2x1 ...]
     python experiments/benchmark.py low_rank [--quick] [--pop_size 256] [--num_rollouts 8]
+    python experiments/benchmark.py cnn [--quick] [--pop_size 128] [--num_rollouts 2]
 
 experiments/README.md says what each row measures. `scaling` measures the evolve loop over
 processes and devices instead (`benchmarks.scaling`); `low_rank` low-rank populations against
-full-rank ones and the inference limit (`benchmarks.low_rank`). `popeval bench` (`popeval.bench`) is
+full-rank ones and the inference limit (`benchmarks.low_rank`); `cnn` `CNNPolicy`'s convolutions as
+one product against lax's (`benchmarks.cnn`). `popeval bench` (`popeval.bench`) is
 the small installed timing of popeval's own fitness path, without the peers.
 """
 
@@ -21,6 +23,10 @@ if __name__ == "__main__":
         from benchmarks.low_rank import main as low_rank
 
         sys.exit(low_rank(sys.argv[2:]))
+    if sys.argv[1:2] == ["cnn"]:
+        from benchmarks.cnn import main as cnn
+
+        sys.exit(cnn(sys.argv[2:]))
     from benchmarks.run import main
 
     sys.exit(main())

@@ -78,7 +78,8 @@ def _policy(config: dict) -> str:
         net = f"LSTM {config['hidden_sizes'][0]}"
     elif config["policy"] == "cnn":
         channels = "-".join(map(str, config.get("conv_channels", [16])))
-        net = f"CNN {channels} + MLP {'x'.join(map(str, config['hidden_sizes']))}"
+        kernel = "x".join(map(str, config.get("conv_kernel", [3, 3])))
+        net = f"CNN {channels} {kernel} + MLP {'x'.join(map(str, config['hidden_sizes']))}"
     else:
         net = f"MLP {'x'.join(map(str, config['hidden_sizes'])) or 'linear'}"
     if config.get("head", "greedy") == "sampled":

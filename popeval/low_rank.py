@@ -64,6 +64,7 @@ from flax import struct
 from flax.linen.dtypes import promote_dtype
 
 from popeval import keys as keys_lib
+from popeval.policies import conv_by_patches
 
 __all__ = ["LowRankPopulation", "Factors", "Member", "draw_factors", "is_matrix", "apply", "MEMBER_VARIES",
            "PRODUCTS", "cheap_corrections"]
@@ -429,7 +430,8 @@ def _conv(module: nn.Conv, kernels: dict, inputs: jax.Array) -> jax.Array | None
     plus the convolution with `B` (`r` channels) times `scale * A^T`, plus the bias."""
     kernel = _kernel(kernels, module, "kernel")
     if (kernel is None or module.feature_group_count != 1 or module.mask is not None
-            or module.conv_general_dilated is not None or module.conv_general_dilated_cls is not None):
+            or module.conv_general_dilated not in (None, conv_by_patches)
+            or module.conv_general_dilated_cls is not None):
         return None
     shape = jnp.shape(kernel.mean)
     rank = kernel.factors.b.shape[-1]

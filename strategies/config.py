@@ -46,7 +46,8 @@ class EvolveConfig:
     policy: str = "mlp"  # "mlp" | "cnn" | "lstm" (an LSTM has one hidden size: `hidden_sizes: [n]`)
     hidden_sizes: tuple = (32, 32)
     activation: str = "tanh"
-    conv_channels: tuple = (16,)  # a CNN policy's 3x3 convolutions
+    conv_channels: tuple = (16,)  # a CNN policy's convolutions
+    conv_kernel: tuple = (3, 3)  # their (height, width)
     head: str = "greedy"  # "greedy" | "sampled" (`popeval.policies`)
     action_std: float | None = None  # a sampled Box head's scale (half-widths); null: learned
     strategy: str = "openai_es"
@@ -70,10 +71,12 @@ class EvolveConfig:
         typed_config.check_types(self)  # the Python API checks what YAML and the CLI check
         if not -(2**31) <= self.seed < 2**31:
             raise ValueError(f"seed must fit in int32 ([-2**31, 2**31)), got {self.seed}")
-        for name in ("hidden_sizes", "conv_channels"):
+        for name in ("hidden_sizes", "conv_channels", "conv_kernel"):
             sizes = getattr(self, name)
             if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in sizes):
                 raise ValueError(f"{name} must be positive integers, got {list(sizes)}")
+        if len(self.conv_kernel) != 2:
+            raise ValueError(f"conv_kernel must be [height, width], got {list(self.conv_kernel)}")
         _check_choice("activation", self.activation, _ACTIVATIONS)
         if self.num_env_steps is not None and self.num_env_steps < 1:
             raise ValueError(f"num_env_steps must be >= 1 or null, got {self.num_env_steps}")
@@ -97,6 +100,7 @@ class EvolveConfig:
         d = dataclasses.asdict(self)
         d["hidden_sizes"] = list(self.hidden_sizes)
         d["conv_channels"] = list(self.conv_channels)
+        d["conv_kernel"] = list(self.conv_kernel)
         return d
 
 
@@ -105,10 +109,11 @@ FIELD_HELP = {
     "env_name": "a registered environment id (popeval list-envs)",
     "env_kwargs": "environment constructor arguments or EnvParams fields, e.g. {max_steps_in_episode: 200}",
     "num_env_steps": "steps per episode (null: the environment's episode limit)",
-    "policy": "mlp, cnn (3x3 convolutions on image observations, then an MLP) or lstm",
+    "policy": "mlp, cnn (convolutions on image observations, then an MLP) or lstm",
     "hidden_sizes": "hidden layer sizes of the MLP (a CNN's after its convolutions), or [n] for an LSTM of n units",
     "activation": "the MLP's hidden activation (tanh, relu, elu, gelu, sigmoid, silu, leaky_relu)",
-    "conv_channels": "a CNN policy's 3x3 convolution channels, one entry per layer",
+    "conv_channels": "a CNN policy's convolution channels, one entry per layer",
+    "conv_kernel": "a CNN policy's kernel (height, width), e.g. [3, 10] for whole rows of a 10-wide image",
     "head": ("greedy (argmax of logits; tanh to a Box's bounds) or sampled (categorical; Gaussian around the "
              "tanh mean), drawn from the episode's policy keys"),
     "action_std": "a sampled Box head's scale in half-widths of the bounds (null: a learned parameter)",

@@ -202,6 +202,8 @@ def test_no_members_or_no_episodes_is_refused(cartpole):
     (lambda: MLPPolicy(0), "MLPPolicy: num_outputs must be an integer >= 1"),
     (lambda: LSTMPolicy(2, hidden_size=0), "LSTMPolicy: hidden_size must be an integer >= 1"),
     (lambda: CNNPolicy(2, conv_channels=(16, -1)), "CNNPolicy: conv_channels must be positive integers"),
+    (lambda: CNNPolicy(2, kernel_size=(3, 0)), "CNNPolicy: kernel_size must be positive integers"),
+    (lambda: CNNPolicy(2, kernel_size=(3,)), "CNNPolicy: kernel_size must be (height, width), got (3,)"),
     (lambda: MLPPolicy(2, activation="tanhh"), "MLPPolicy: activation must name a flax.linen activation"),
 ])
 def test_policy_settings_are_checked_when_built(build, words):

@@ -200,3 +200,17 @@ def test_the_memory_probe_reads_a_fresh_processs_peak():
 
     row = low_rank.peak_memory(256)
     assert 0.1 < row["peak_rss_gib"] < 4 and np.isfinite(row["mean_return"])
+
+
+@pytest.mark.slow
+def test_quick_cnn_benchmark_times_both_convolutions(tmp_path):
+    """`benchmark.py cnn --quick`: the one-product CNN, lax's convolution (same returns, else
+    the run stops) and the MLP, each timed, with `vs lax` the lax row's time over the row's."""
+    from benchmarks import cnn
+
+    out = tmp_path / "cnn.json"
+    assert cnn.main(["--quick", "--out", str(out)]) == 0
+    rows = {r["impl"]: r for r in json.loads(out.read_text())["results"]}
+    assert set(rows) == {"one product", "lax conv", "mlp 32"} and rows["lax conv"]["vs_lax"] == 1.0
+    assert all(r["time_s"] > 0 and r["env_steps"] > 0 for r in rows.values())
+    assert rows["one product"]["vs_lax"] == rows["lax conv"]["time_s"] / rows["one product"]["time_s"]

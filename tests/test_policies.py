@@ -128,6 +128,40 @@ def test_param_reshaper_round_trips():
         reshaper.unflatten_population(jnp.zeros(n))
 
 
+@pytest.mark.parametrize("kernel, channels", [((3, 3), (4, 8)), ((3, 10), (8,)), ((1, 1), (3,)), ((2, 5), (4,))])
+def test_cnn_convolutions_as_one_product_equal_laxs(monkeypatch, kernel, channels):
+    """`CNNPolicy`'s convolutions run as one matrix product over the windows
+    (`conv_by_patches`): the same outputs as `lax.conv_general_dilated` to float rounding, one
+    kernel or a population's (vmap), and the same actions on Freeway frames."""
+    from popeval import policies
+
+    x = jax.random.normal(jax.random.key(0), (5, 10, 10, 7))
+    rhs = jax.random.normal(jax.random.key(1), (3,) + kernel + (7, channels[0]))
+    numbers = ("NHWC", "HWIO", "NHWC")
+    lax_conv = jax.vmap(lambda k: jax.lax.conv_general_dilated(x, k, (1, 1), "VALID", dimension_numbers=numbers))
+    ours = jax.vmap(lambda k: policies.conv_by_patches(x, k, (1, 1), "VALID", dimension_numbers=numbers))
+    np.testing.assert_allclose(np.asarray(jax.jit(ours)(rhs)), np.asarray(jax.jit(lax_conv)(rhs)), rtol=2e-5, atol=2e-5)
+    env, env_params = make("Freeway-MinAtar")
+    policy = policies.CNNPolicy.for_env(env, conv_channels=channels, kernel_size=kernel, hidden_sizes=(16,))
+    variables = policy.init_params(jax.random.key(2), env, env_params)
+    obs = jax.random.bernoulli(jax.random.key(3), 0.15, (256, 10, 10, 7))
+    act = lambda: jax.jit(jax.vmap(lambda o: policy.apply(variables, o)))(obs)  # noqa: E731  (traced per call)
+    actions = act()
+    monkeypatch.setattr(policies, "conv_by_patches", jax.lax.conv_general_dilated)
+    np.testing.assert_array_equal(np.asarray(actions), np.asarray(act()))
+    with pytest.raises(ValueError, match="computes valid, stride-1"):
+        monkeypatch.undo()
+        policies.conv_by_patches(x, rhs[0], (2, 2), "VALID")
+
+
+def test_a_kernel_larger_than_the_image_is_refused():
+    from popeval.policies import CNNPolicy
+
+    env, env_params = make("Freeway-MinAtar")
+    with pytest.raises(ValueError, match=r"kernel_size \(3, 11\) does not fit the \(10, 10\) image"):
+        CNNPolicy.for_env(env, kernel_size=(3, 11)).init_params(jax.random.key(0), env, env_params)
+
+
 def test_boolean_observations_are_read_as_zero_one_floats():
     """MinAtar's boolean grids reach the network as exactly the float32 0/1 values a convert
     gives (popeval converts them with a select, which XLA:CPU vectorises), and the MLP and

@@ -32,7 +32,7 @@ from jax.flatten_util import ravel_pytree
 
 from popeval.environments import spaces
 
-__all__ = ["MLPPolicy", "CNNPolicy", "LSTMPolicy", "ParamReshaper", "action_head", "HEADS"]
+__all__ = ["MLPPolicy", "CNNPolicy", "LSTMPolicy", "ParamReshaper", "action_head", "conv_by_patches", "HEADS"]
 
 #: How an action is chosen from the network output.
 HEADS = ("greedy", "sampled")
@@ -109,7 +109,8 @@ def _check_policy(policy: nn.Module) -> None:
     for name in ("hidden_sizes", "conv_channels", "kernel_size", "hidden_size"):
         if hasattr(policy, name):
             _positive_ints(owner, name, getattr(policy, name))
-    if hasattr(policy, "kernel_size") and len(policy.kernel_size) != 2:
+    if hasattr(policy, "kernel_size") and not (isinstance(policy.kernel_size, (tuple, list))
+                                               and len(policy.kernel_size) == 2):
         raise ValueError(f"{owner}: kernel_size must be (height, width), got {policy.kernel_size!r}")
     if policy.head not in HEADS:
         raise ValueError(f"{owner}: head must be one of {list(HEADS)}, got {policy.head!r}")

@@ -128,7 +128,7 @@ def test_param_reshaper_round_trips():
         reshaper.unflatten_population(jnp.zeros(n))
 
 
-@pytest.mark.parametrize("kernel, channels", [((3, 3), (4, 8)), ((3, 10), (8,)), ((1, 1), (3,)), ((2, 5), (4,))])
+@pytest.mark.parametrize("kernel, channels", [((3, 3), (4, 8)), ((2, 10), (8,))])
 def test_cnn_convolutions_as_one_product_equal_laxs(monkeypatch, kernel, channels):
     """`CNNPolicy`'s convolutions run as one matrix product over the windows
     (`conv_by_patches`): the same outputs as `lax.conv_general_dilated` to float rounding, one

@@ -447,7 +447,8 @@ def _open_primary(config: EvolveConfig | None, options: RunOptions) -> tuple[dic
                              f"(leave num_generations out, or raise it to continue)")
         opened = {"run_dir": str(prepared.run_dir), "resuming": prepared.resuming,
                   "config": prepared.config.to_dict(), "meta": meta}
-        done = prepared.resuming and complete(meta, prepared.config, prepared.saved)
+        done = prepared.resuming and complete(meta, prepared.config, prepared.saved,
+                                              read_result(prepared.run_dir))
         if done:
             logging.getLogger("popeval").info(
                 "run %s is complete (%s); nothing to do (raise num_generations to continue it)",
@@ -477,11 +478,13 @@ def _start_meta(prepared: Prepared, saved: tuple | None) -> dict:
     return {**meta, **saved[1]}  # a checkpoint from before config hashes gets one at its next save
 
 
-def complete(meta: dict, config: EvolveConfig, saved: EvolveConfig | None) -> str | None:
-    """Why a resumed run has nothing left to do, or None."""
+def complete(meta: dict, config: EvolveConfig, saved: EvolveConfig | None, result: dict | None) -> str | None:
+    """Why a resumed run has nothing left to do, or None. A run that has run its generations
+    but whose `result.json` is missing or of another generation (stopped after its last
+    checkpoint, or shortened to it) is not done: it still owes its final evaluation."""
     gen = int(meta["generation"])
     if gen >= config.num_generations:
-        return f"generation {gen} of {config.num_generations}"
+        return f"generation {gen} of {config.num_generations}" if (result or {}).get("generations") == gen else None
     raised = saved is not None and config.num_generations > saved.num_generations
     if config.stop_at_target and meta.get("solved_at") and not raised:
         return f"its target {config.target} was reached at generation {meta['solved_at']['generation']}"

@@ -80,6 +80,26 @@ def test_resuming_with_fewer_generations_than_run_is_refused_and_changes_nothing
     assert {p.name: p.read_bytes() for p in run_dir.iterdir()} == before
 
 
+def test_a_run_without_the_result_of_its_last_generation_runs_only_its_final_evaluation(tmp_path):
+    """Killed after its last checkpoint (no `result.json`), or stopped at a checkpoint and
+    shortened to it (a `result.json` of an earlier generation): resuming writes the result the
+    uninterrupted run wrote, and runs no generation."""
+    run_dir = tmp_path / "run"
+    first = evolve(EvolveConfig(**TINY), RunOptions(run_dir=str(run_dir), **QUIET))
+    rows = read_metrics(run_dir, timing=False)
+    (run_dir / "result.json").unlink()
+    again = evolve(None, RunOptions(resume=str(run_dir), **QUIET))
+    same = ("generations", "env_steps", "mean_policy_return", "best_policy_return", "best_fitness")
+    assert {k: again[k] for k in same} == {k: first[k] for k in same}
+    assert json.loads((run_dir / "result.json").read_text())["mean_policy_return"] == first["mean_policy_return"]
+    assert read_metrics(run_dir, timing=False) == rows
+    stale = (run_dir / "result.json").read_text()
+    longer = evolve(EvolveConfig(**{**TINY, "num_generations": 6}), RunOptions(resume=str(run_dir), **QUIET))
+    (run_dir / "result.json").write_text(stale)
+    finished = evolve(None, RunOptions(resume=str(run_dir), **QUIET))
+    assert {k: finished[k] for k in same} == {k: longer[k] for k in same} and finished["generations"] == 6
+
+
 def test_a_second_process_is_refused_and_a_dead_ones_lock_is_not_in_the_way(tmp_path):
     run_dir = tmp_path / "run"
     evolve(EvolveConfig(**TINY), RunOptions(run_dir=str(run_dir), **QUIET))

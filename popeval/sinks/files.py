@@ -46,7 +46,7 @@ class CSVSink:
     - a damaged header is rebuilt from the names of the metrics logged, when the rows have as
       many fields; otherwise nothing in the file can be placed, and it is moved aside to
       `metrics.csv.damaged` (the checkpoint is intact, so the run goes on) with a warning;
-    - the final evaluation's columns (`FINAL_COLUMNS`) of the rows kept are cleared: the run
+    - the final evaluation's columns (`FINAL_COLUMNS`) of the rows kept are cleared when the run
       continues past the generation that was its last.
 
     Rewrites go through a temporary file and a rename, appends through `O_NOFOLLOW`: no write
@@ -63,7 +63,8 @@ class CSVSink:
         self.path = info.run_dir / self.filename
         self.columns, self._found = None, None
         if os.path.lexists(self.path):  # resuming
-            self._found = _FoundCSV(self.path, info.start_generation)
+            self._found = _FoundCSV(self.path, info.start_generation,
+                                    continues=info.start_generation < info.num_generations)
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         if self.columns is None:
@@ -146,11 +147,11 @@ class _FoundCSV:
     """A `metrics.csv` a resumed run found: read at `start`, repaired by `repair` once the
     names of the metrics are known."""
 
-    def __init__(self, path: Path, start_generation: int):
+    def __init__(self, path: Path, start_generation: int, continues: bool = True):
         if path.is_symlink():
             raise ValueError(f"{path}: a symbolic link; popeval writes no file through a link "
                              "(move it away to resume the run)")
-        self.path, self.start_generation = path, start_generation
+        self.path, self.start_generation, self.continues = path, start_generation, continues
         self.data = path.read_bytes()
         lines = self.data.split(b"\n")
         self.header = _fields(lines[0]) if lines[0].strip() else None
@@ -204,7 +205,7 @@ class _FoundCSV:
                 if generation in kept:
                     duplicated.append(generation)
                 kept[generation] = fields + [""] * (len(columns) - width)
-        for fields in kept.values():
+        for fields in kept.values() if self.continues else ():
             for i in finals:
                 fields[i] = "nan"
         return [kept[g] for g in sorted(kept)], damaged, sorted(set(duplicated))

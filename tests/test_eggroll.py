@@ -143,6 +143,7 @@ def resumed_run(tmp_path_factory):
     return root / "resumed", root / "full"
 
 
+@pytest.mark.xdist_group("eggroll-resumed-run")  # one worker where --dist loadgroup groups
 def test_a_resumed_run_equals_the_uninterrupted_one(resumed_run):
     resumed, full = resumed_run
     rows = read_metrics(resumed, timing=False)
@@ -158,6 +159,7 @@ def test_a_resumed_run_equals_the_uninterrupted_one(resumed_run):
     assert set(state) == {"mean", "opt_state", "generation"} and int(state["generation"]) == 6
 
 
+@pytest.mark.xdist_group("eggroll-resumed-run")  # one worker where --dist loadgroup groups
 def test_the_best_member_is_kept_as_explicit_parameters(resumed_run):
     """The best member's parameters are that member of its generation's population, materialised."""
     from popeval.strategies import load_policy

@@ -123,3 +123,13 @@ def test_current_install_imports_popeval_namespace_only(tmp_path):
         assert paths == [str(REPO / "environments" / "__init__.py"), str(REPO / "strategies" / "__init__.py")]
     else:
         assert all("site-packages" in p for p in paths), paths
+
+
+@pytest.mark.xdist_group("grouping-check")
+def test_xdist_groups_the_tests_that_share_a_fixture(request):
+    """Under README's test command (`-n 2`, `--dist loadgroup` from pyproject) a test marked
+    `xdist_group` carries its group in its node id, which is what sends a group to one worker
+    (pytest 9.2's node ids dropped it: pytest-dev/pytest-xdist#1386)."""
+    if not request.config.getoption("loadgroup", False):
+        pytest.skip("not run by xdist workers with --dist loadgroup")
+    assert request.node.nodeid.endswith("@grouping-check"), request.node.nodeid

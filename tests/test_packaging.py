@@ -131,5 +131,5 @@ def test_xdist_groups_the_tests_that_share_a_fixture(request):
     `xdist_group` carries its group in its node id, which is what sends a group to one worker
     (pytest 9.2's node ids dropped it: pytest-dev/pytest-xdist#1386)."""
     if not request.config.getoption("loadgroup", False):
-        pytest.skip("not run by xdist workers with --dist loadgroup")
+        pytest.skip("checks README's test command (-n 2, --dist loadgroup); this run does not distribute tests")
     assert request.node.nodeid.endswith("@grouping-check"), request.node.nodeid

@@ -32,10 +32,12 @@ from jax.flatten_util import ravel_pytree
 
 from popeval.environments import spaces
 
-__all__ = ["MLPPolicy", "CNNPolicy", "LSTMPolicy", "ParamReshaper", "action_head", "conv_by_patches", "HEADS"]
+__all__ = ["MLPPolicy", "CNNPolicy", "LSTMPolicy", "ParamReshaper", "action_head", "conv_by_patches", "HEADS", "POOLS"]
 
 #: How an action is chosen from the network output.
 HEADS = ("greedy", "sampled")
+#: What `CNNPolicy` does with its last convolution's output before the hidden layers.
+POOLS = ("none", "max")
 
 
 def _head_config(space: spaces.Space) -> tuple[int, bool, tuple[float, ...], tuple[float, ...]]:
@@ -112,6 +114,8 @@ def _check_policy(policy: nn.Module) -> None:
     if hasattr(policy, "kernel_size") and not (isinstance(policy.kernel_size, (tuple, list))
                                                and len(policy.kernel_size) == 2):
         raise ValueError(f"{owner}: kernel_size must be (height, width), got {policy.kernel_size!r}")
+    if getattr(policy, "pool", "none") not in POOLS:
+        raise ValueError(f"{owner}: pool must be one of {list(POOLS)}, got {policy.pool!r}")
     if policy.head not in HEADS:
         raise ValueError(f"{owner}: head must be one of {list(HEADS)}, got {policy.head!r}")
     activation = getattr(policy, "activation", "tanh")
@@ -200,7 +204,9 @@ class CNNPolicy(nn.Module, _ForEnv):
     """Convolutional policy for `(H, W, C)` image observations: convolutions of
     `kernel_size` (3x3 unless set; valid padding, stride 1) with ReLU -> flatten -> hidden
     layers -> action head. A kernel as wide as the image (`(3, W)`) reads whole rows: one
-    filter, slid down the image, sees each band of rows the same way."""
+    filter, slid down the image, sees each band of rows the same way. `pool="max"` keeps each
+    channel's maximum over the image instead of every position: the hidden layers then see
+    whether a pattern occurs, wherever it does."""
 
     num_outputs: int
     discrete: bool = True
@@ -208,6 +214,7 @@ class CNNPolicy(nn.Module, _ForEnv):
     high: tuple = ()
     conv_channels: Sequence[int] = (16,)
     kernel_size: Sequence[int] = (3, 3)
+    pool: str = "none"
     hidden_sizes: Sequence[int] = (32,)
     activation: str = "relu"
     head: str = "greedy"
@@ -230,7 +237,7 @@ class CNNPolicy(nn.Module, _ForEnv):
                                  f"{x.shape[:2]} image its layer convolves")
             conv = nn.Conv(channels, tuple(self.kernel_size), padding="VALID", conv_general_dilated=conv_by_patches)
             x = nn.relu(conv(x))
-        x = jnp.ravel(x)
+        x = jnp.max(x, axis=(0, 1)) if self.pool == "max" else jnp.ravel(x)
         for size in self.hidden_sizes:
             x = act(nn.Dense(size)(x))
         return self._act(nn.Dense(self.num_outputs)(x), key)

@@ -17,7 +17,7 @@ import typing
 
 from popeval import typed_config
 from popeval.environments.registry import did_you_mean
-from popeval.policies import HEADS
+from popeval.policies import HEADS, POOLS
 from popeval.typed_config import parse_overrides
 
 __all__ = ["EvolveConfig", "RunOptions", "load_config", "parse_overrides", "config_from_dict"]
@@ -48,6 +48,7 @@ class EvolveConfig:
     activation: str = "tanh"
     conv_channels: tuple = (16,)  # a CNN policy's convolutions
     conv_kernel: tuple = (3, 3)  # their (height, width)
+    conv_pool: str = "none"  # "none" | "max": flatten their output, or each channel's maximum
     head: str = "greedy"  # "greedy" | "sampled" (`popeval.policies`)
     action_std: float | None = None  # a sampled Box head's scale (half-widths); null: learned
     strategy: str = "openai_es"
@@ -86,6 +87,7 @@ class EvolveConfig:
             raise ValueError("num_rollouts and num_generations must be >= 1")
         _check_choice("policy", self.policy, POLICIES)
         _check_choice("head", self.head, HEADS)
+        _check_choice("conv_pool", self.conv_pool, POOLS)
         if self.target is not None and not math.isfinite(self.target):
             raise ValueError(f"target must be a finite number or null, got {self.target}")
         if self.action_std is not None and not self.action_std > 0:
@@ -113,6 +115,7 @@ FIELD_HELP = {
     "hidden_sizes": "hidden layer sizes of the MLP (a CNN's after its convolutions), or [n] for an LSTM of n units",
     "activation": "the MLP's hidden activation (tanh, relu, elu, gelu, sigmoid, silu, leaky_relu)",
     "conv_channels": "a CNN policy's convolution channels, one entry per layer",
+    "conv_pool": "none (flatten the convolutions' output) or max (each channel's maximum over the image)",
     "conv_kernel": "a CNN policy's kernel (height, width), e.g. [3, 10] for whole rows of a 10-wide image",
     "head": ("greedy (argmax of logits; tanh to a Box's bounds) or sampled (categorical; Gaussian around the "
              "tanh mean), drawn from the episode's policy keys"),

@@ -69,7 +69,7 @@ def build(config: EvolveConfig) -> Run:
         init_carry = policy.initialize_carry()
     elif config.policy == "cnn":
         policy = CNNPolicy.for_env(env, env_params, conv_channels=config.conv_channels,
-                                   kernel_size=config.conv_kernel,
+                                   kernel_size=config.conv_kernel, pool=config.conv_pool,
                                    hidden_sizes=config.hidden_sizes, activation=config.activation, **head)
     else:
         policy = MLPPolicy.for_env(env, env_params, hidden_sizes=config.hidden_sizes,

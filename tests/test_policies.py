@@ -178,3 +178,32 @@ def test_boolean_observations_are_read_as_zero_one_floats():
         variables = policy.init_params(jax.random.key(0), env, env_params)
         np.testing.assert_array_equal(np.asarray(batched(policy.apply, variables, obs)),
                                       np.asarray(batched(policy.apply, variables, obs.astype(jnp.float32))))
+
+
+def test_a_max_pooled_cnn_sees_whether_a_pattern_occurs_not_where():
+    """`pool="max"`: the hidden layers read each channel's maximum over the image, so a
+    pattern moved about the image (each window on it inside the image) gives them the same
+    input, and their parameters do not grow with the image; without it they see where the
+    pattern is. An unknown pool is refused."""
+    from popeval.policies import CNNPolicy
+
+    env, env_params = make("Freeway-MinAtar")
+    pattern = jax.random.bernoulli(jax.random.key(1), 0.5, (2, 3, 7))
+    rows, cols = np.meshgrid(np.arange(1, 8), np.arange(2, 6))  # every window on it fits on the image
+    frames = jax.vmap(lambda r, c: jax.lax.dynamic_update_slice(jnp.zeros((10, 10, 7), bool), pattern,
+                                                                (r, c, 0)))(rows.ravel(), cols.ravel())
+
+    def hidden_inputs(pool):
+        policy = CNNPolicy.for_env(env, conv_channels=(4,), kernel_size=(2, 3), pool=pool, hidden_sizes=(8,))
+        variables = policy.init_params(jax.random.key(0), env, env_params)
+        _, state = jax.vmap(lambda f: policy.apply(variables, f, capture_intermediates=True))(frames)
+        hidden_input = state["intermediates"]["Dense_0"]["__call__"][0]
+        return variables["params"]["Dense_0"]["kernel"].shape, np.asarray(hidden_input)
+
+    shape, pooled = hidden_inputs("max")
+    assert shape == (4, 8) and np.abs(pooled).max() > 0
+    np.testing.assert_array_equal(pooled, np.broadcast_to(pooled[:1], pooled.shape))
+    shape, flat = hidden_inputs("none")
+    assert shape == (9 * 8 * 4, 8) and len(np.unique(flat, axis=0)) == len(frames)
+    with pytest.raises(ValueError, match=r"pool must be one of \['none', 'max'\], got 'mean'"):
+        CNNPolicy.for_env(env, pool="mean")

@@ -134,6 +134,9 @@ def test_config_builds_and_refuses_policies(tmp_path):
                              head="sampled", conv_kernel=(2, 10)))
     assert isinstance(run.policy, CNNPolicy) and run.policy.head == "sampled" and run.policy.conv_channels == (4,)
     assert run.template["params"]["Conv_0"]["kernel"].shape == (2, 10, 4, 4) and run.policy.kernel_size == (2, 10)
+    pooled = build(EvolveConfig(env_name="Freeway-MinAtar", policy="cnn", conv_channels=(4,), hidden_sizes=(8,),
+                                conv_kernel=(3, 10), conv_pool="max"))
+    assert pooled.policy.pool == "max" and pooled.template["params"]["Dense_0"]["kernel"].shape == (4, 8)
     lstm = build(EvolveConfig(env_name="Pendulum-v1", policy="lstm", hidden_sizes=(4,), head="sampled", action_std=0.2))
     assert lstm.policy.action_std == 0.2 and "log_std" not in lstm.template["params"]
     with pytest.raises(ValueError, match="image observations"):
@@ -141,7 +144,8 @@ def test_config_builds_and_refuses_policies(tmp_path):
     for bad, match in [({"head": "sample"}, "did you mean 'sampled'"), ({"policy": "conv"}, "policy must be one of"),
                        ({"conv_channels": (0,)}, "conv_channels"), ({"action_std": 0.0}, "action_std"),
                        ({"conv_kernel": (3,)}, r"conv_kernel must be \[height, width\], got \[3\]"),
-                       ({"conv_kernel": (3, 0)}, "conv_kernel must be positive integers")]:
+                       ({"conv_kernel": (3, 0)}, "conv_kernel must be positive integers"),
+                       ({"conv_pool": "avg"}, r"conv_pool must be one of \['none', 'max'\]")]:
         with pytest.raises(ValueError, match=match):
             EvolveConfig(**bad)
     # A short run with a sampled CNN evolves and saves its settings.

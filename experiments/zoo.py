@@ -79,7 +79,8 @@ def _policy(config: dict) -> str:
     elif config["policy"] == "cnn":
         channels = "-".join(map(str, config.get("conv_channels", [16])))
         kernel = "x".join(map(str, config.get("conv_kernel", [3, 3])))
-        net = f"CNN {channels} {kernel} + MLP {'x'.join(map(str, config['hidden_sizes']))}"
+        pool = ", max-pooled" if config.get("conv_pool", "none") == "max" else ""
+        net = f"CNN {channels} {kernel}{pool} + MLP {'x'.join(map(str, config['hidden_sizes']))}"
     else:
         net = f"MLP {'x'.join(map(str, config['hidden_sizes'])) or 'linear'}"
     if config.get("head", "greedy") == "sampled":

@@ -265,11 +265,24 @@ def test_step_with_another_environment_s_state(cartpole):
     env, env_params, *_ = cartpole
     pendulum, pendulum_params = make("Pendulum-v1")
     _, theirs = pendulum.reset(jax.random.key(0), pendulum_params)
-    for state, words in ((None, "state is None"), (theirs, "state is a .*pendulum.EnvState with 4 leaves")):
+    cases = ((None, "state is None, expected a .*cartpole.EnvState"),
+             (theirs, "state is a .*pendulum.EnvState, expected a .*cartpole.EnvState"),
+             (theirs.replace(last_u=None), "state is a .*pendulum.EnvState, expected a .*cartpole.EnvState"))
+    for state, words in cases:
         for step in (env.step, env.step_env, jax.jit(env.step)):
-            with pytest.raises(TypeError, match=f"CartPole-v1: {words}, expected this environment's "
-                                                ".*cartpole.EnvState with 5 leaves"):
+            with pytest.raises(TypeError, match=f"CartPole-v1: {words}; a state must have the structure of what "
+                                                "this environment's reset or step returned"):
                 step(jax.random.key(0), state, 0, env_params)
+
+
+def test_a_state_with_a_field_of_the_wrong_structure_is_refused_by_name():
+    env, params = make("Pendulum-v1")
+    _, state = env.reset(jax.random.key(0), params)
+    for step in (env.step, env.step_env, jax.jit(env.step)):
+        with pytest.raises(TypeError, match=r"Pendulum-v1: state.last_u is None, expected an array;"):
+            step(jax.random.key(1), state.replace(last_u=None), jnp.zeros(1), params)
+        with pytest.raises(TypeError, match=r"Pendulum-v1: state.theta is a builtins.tuple, expected an array;"):
+            step(jax.random.key(1), state.replace(theta=(state.theta, state.theta)), jnp.zeros(1), params)
 
 
 def test_nan_env_params_built_directly_are_refused_by_the_wrapper(cartpole):

@@ -16,6 +16,7 @@ from flax import struct
 from popeval import RolloutWrapper
 from popeval.environments import Environment, EnvParams, EnvState, make, register, spaces
 from popeval.environments import registry as registry_lib
+from popeval.environments.classic_control import CartPole
 
 
 @struct.dataclass
@@ -127,7 +128,6 @@ def test_a_gymnax_contract_environment_has_popeval_s_api():
     obs, state, reward, done, info = env.step_env(jax.random.key(1), state, jnp.int32(5), params)
     assert float(state.x) == pytest.approx(float(obs[0]))  # action 5 clips to 1: a step forward
     assert set(info) == {"x", "terminated", "truncated", "discount"} and reward.dtype == jnp.float32
-    assert GymnaxLine.step_env is Environment.step_env  # the public method is popeval's
 
 
 def test_auto_reset_of_a_custom_environment_at_both_ends():
@@ -142,6 +142,100 @@ def test_auto_reset_of_a_custom_environment_at_both_ends():
     near = params.replace(goal=-1.0)  # the first step terminates
     obs, state, _, done, info = env.step(jax.random.key(9), env.reset(jax.random.key(0), near)[1], 1, near)
     assert bool(done) and bool(info["terminated"]) and not bool(info["truncated"]) and int(state.time) == 0
+
+
+class Doubled(CartPole):
+    """A built-in environment changed in a subclass, gymnax's way: through `super()`."""
+
+    def step_env(self, key, state, action, params=None):
+        obs, state, reward, done, info = super().step_env(key, state, action, params)
+        return obs, state, 2.0 * reward, done, info
+
+    def reset_env(self, key, params=None):
+        obs, state = super().reset_env(key, params)
+        state = state.replace(x=state.x + 0.25)
+        return self.get_obs(state, params), state
+
+
+def test_a_subclass_reaches_its_parent_s_raw_methods_through_super():
+    base, params = make("CartPole-v1", max_steps_in_episode=6)
+    actions = jnp.asarray(np.random.default_rng(1).integers(0, 2, 40), jnp.int32)
+    ours, theirs = _trajectory(base, params, actions), _trajectory(Doubled(), params, actions)
+    obs, _, reward, done, terminated, truncated, _ = theirs
+    np.testing.assert_array_equal(reward, 2.0 * ours[2])
+    np.testing.assert_array_equal(done, ours[3])
+    np.testing.assert_array_equal(terminated, ours[4])
+    np.testing.assert_array_equal(truncated, ours[5])
+    assert np.asarray(truncated).any()  # the time limit still truncates through the override
+    fresh = np.asarray(done)
+    np.testing.assert_allclose(np.asarray(obs)[fresh, 0], np.asarray(ours[0])[fresh, 0] + 0.25, atol=1e-6)
+    env = Doubled()  # eager calls: one jitted dispatch each, the same numbers
+    obs, state = env.reset(jax.random.key(0), params)
+    assert float(obs[0]) == pytest.approx(float(base.reset(jax.random.key(0), params)[0][0]) + 0.25)
+    assert float(env.step_env(jax.random.key(1), state, 1, params)[2]) == 2.0
+    assert float(env.step(jax.random.key(1), state, 1, params)[2]) == 2.0
+
+
+class _RawLineMethods:
+    """gymnax-way raw methods that come from a mixin, not from the class itself."""
+
+    reset_env = GymnaxLine.reset_env.__wrapped__
+    step_env = GymnaxLine.step_env.__wrapped__
+
+
+class MixinLine(_RawLineMethods, PopevalLine):
+    get_obs = GymnaxLine.get_obs  # the raw reset's `time` is a Python int
+
+
+def test_raw_methods_from_a_mixin_are_adapted():
+    actions = jnp.asarray(np.random.default_rng(2).integers(0, 2, 40), jnp.int32)
+    ours, mixed = PopevalLine(), MixinLine()
+    for a, b in zip(jax.tree.leaves(_trajectory(ours, ours.default_params, actions)),
+                    jax.tree.leaves(_trajectory(mixed, mixed.default_params, actions))):
+        np.testing.assert_array_equal(a, b)
+    assert set(mixed.step_env(jax.random.key(1), mixed.reset(jax.random.key(0))[1], 1)[4]) == {
+        "x", "terminated", "truncated", "discount"}  # the mixin's info, and popeval's
+
+
+@struct.dataclass
+class CountdownParams(EnvParams):
+    horizon: int = 3
+
+
+class Countdown(Environment):
+    """gymnax's smallest contract: raw methods built from gymnax's helpers, and neither
+    `default_params` nor `action_space` (gymnax's base requires neither)."""
+
+    def reset_env(self, key, params):
+        state = EnvState(time=jnp.int32(0))
+        return self.observe(key, state, None, params), state
+
+    def step_env(self, key, state, action, params):
+        state = EnvState(time=state.time + 1)
+        info = {"own_discount": self.discount(state, params)}
+        return self.observe(key, state, action, params), state, action * 1.5, self.is_terminal(state, params), info
+
+    def get_obs(self, state, params=None, key=None):
+        return state.time.astype(jnp.float32)
+
+    def is_terminated(self, state, params):
+        return state.time >= params.horizon
+
+
+def test_gymnax_s_helpers_and_a_class_without_default_params_or_action_space():
+    env, params = Countdown(), CountdownParams(horizon=3, max_steps_in_episode=10)
+    obs, state = env.reset(jax.random.key(0), params)  # a params type of its own is accepted
+    for t in (1, 2, 3):
+        obs, state, reward, done, info = env.step_env(jax.random.key(t), state, jnp.float32(2.0), params)
+        assert float(obs) == t and float(reward) == 3.0  # unchecked: no action space, as in gymnax
+        assert bool(done) == bool(info["terminated"]) == bool(env.is_terminal(state, params)) == (t == 3)
+        assert float(info["own_discount"]) == float(info["discount"]) == float(env.discount(state, params))
+        assert float(info["discount"]) == (0.0 if t == 3 else 1.0) and not bool(info["truncated"])
+    obs, state, *_ = env.step(jax.random.key(4), state, jnp.float32(0.0), params)
+    assert int(state.time) == 0 and float(obs) == 0.0  # auto-reset after the terminal step
+    assert isinstance(env.default_params, EnvParams) and env.default_params.max_steps_in_episode == 1000
+    with pytest.raises(NotImplementedError, match="PopevalLine does not define is_terminated"):
+        PopevalLine().is_terminal(state, params)
 
 
 def test_register_passes_make_s_keywords_to_a_kwargs_factory(fresh_registry):

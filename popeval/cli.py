@@ -38,7 +38,7 @@ def _config_keys(help_asked: bool) -> str | None:
         return None
     from popeval.strategies.config import describe_fields
 
-    return ("config keys (in the YAML file, or --key=value in YAML syntax, e.g. --pop_size=128 "
+    return ("config keys (in the YAML file, or --key=value or --key value in YAML syntax, e.g. --pop_size 128 "
             "'--strategy_kwargs={learning_rate: 0.03}'):\n" + describe_fields())
 
 
@@ -57,14 +57,16 @@ def _eval_keys(help_asked: bool) -> str | None:
     from popeval.strategies.run_dir import EVAL_OVERRIDES
 
     flags = {k: f"--{k}={_METAVARS.get(k, 'VALUE')}" for k in EVAL_OVERRIDES}
-    return ("how the policy plays (config keys, --key=value in YAML syntax; default: the run's own; "
+    return ("how the policy plays (config keys, --key=value or --key value in YAML syntax; default: the run's own; "
             "--num_env_steps=20000 plays past the training episode cap):\n"
             + "\n".join(f"  {flag:<22}{FIELD_HELP[k]}" for k, flag in flags.items()))
 
 
 def _parser(help_asked: bool = False) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--debug", action="store_true", help="show the traceback of an error")
+    # SUPPRESS: a subcommand's parser must not reset a `--debug` given before the command.
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show the traceback of an error")
     p = argparse.ArgumentParser(prog="popeval", description=__doc__.split("\n\n")[0], parents=[common])
     sub = p.add_subparsers(dest="command", required=True)
     e = sub.add_parser("evolve", help="evolve a controller from a YAML config and/or --key=value settings",
@@ -102,6 +104,7 @@ def _parser(help_asked: bool = False) -> argparse.ArgumentParser:
                        parents=[common])
     x.add_argument("run_dir")
     x.add_argument("out_dir", help="a new (or empty) directory")
+    x.add_argument("--force", action="store_true", help="replace out_dir when it holds an earlier export")
     sub.add_parser("launch", add_help=False,
                    help="run a command in N local processes (popeval launch --help)")
     sub.add_parser("list-envs", help="registered environment ids", parents=[common])
@@ -154,23 +157,30 @@ def _interrupted(e: KeyboardInterrupt) -> str:
     return " ".join(str(e).split()) or "interrupted"
 
 
+#: The commands that take config keys (`--key=value` or `--key value`).
+_CONFIG_COMMANDS = ("evolve", "eval", "render")
+
+
 def _main(argv: list[str]) -> int:
     if argv[:1] == ["launch"]:  # no JAX in the launcher: its processes run their own
         from popeval import launch
 
         return launch.main(argv[1:])
-    args, extra = _parser("-h" in argv or "--help" in argv).parse_known_args(argv)
+    parser = _parser("-h" in argv or "--help" in argv)
+    own, config_keys = _split_config_keys(parser, argv)
+    args, extra = parser.parse_known_args(own)
+    extra = config_keys + extra
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     for name in _QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
     if getattr(args, "process_id", None):  # process 0 of a multi-process run speaks for it
         log.setLevel(logging.ERROR)
-    if args.command in ("evolve", "eval", "render"):
+    if args.command in _CONFIG_COMMANDS:
         msg = _use_compilation_cache()
         if msg and args.command == "evolve":
             log.info(msg)
     try:
-        if extra and args.command not in ("evolve", "eval", "render"):
+        if extra and args.command not in _CONFIG_COMMANDS:
             raise ValueError(f"unrecognised arguments: {' '.join(extra)}")
         return _COMMANDS[args.command](args, extra)
     except Exception as e:  # noqa: BLE001 - one line for the user; --debug for the traceback
@@ -178,6 +188,28 @@ def _main(argv: list[str]) -> int:
             raise
         print(f"popeval {args.command}: error: {_one_line(e)}", file=sys.stderr)
         return 2
+
+
+def _split_config_keys(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str], list[str]]:
+    """`argv` as (the parser's own arguments, the config keys as `--key=value`): options the
+    parser does not know take the next token as their value (`--pop_size 8`, as argparse's own
+    do), and are set aside so that argparse never takes a value, or an option with a space
+    (`--env_kwargs={a: 1}`), for a positional argument (`eval --num_env_steps 500 RUN`)."""
+    from popeval.typed_config import join_values
+
+    dests = vars(parser.parse_known_args(argv)[0])  # every option of the command, given or not
+    if dests["command"] not in _CONFIG_COMMANDS:
+        return argv, []
+    flags = {f"--{d}" for d in dests} | {f"--{d.replace('_', '-')}" for d in dests} | {"--help"}
+
+    def parsers_own(token: str) -> bool:  # argparse also takes a unique prefix of its options
+        return any(f.startswith(token.split("=", 1)[0]) for f in flags)
+
+    own, config_keys = [], []
+    for token in join_values(argv, {t for t in argv if t.startswith("--") and parsers_own(t)}):
+        ours = token.startswith("--") and token != "--" and not parsers_own(token)
+        (config_keys if ours else own).append(token)
+    return own, config_keys
 
 
 def _one_line(e: BaseException) -> str:
@@ -190,7 +222,7 @@ def _one_line(e: BaseException) -> str:
         return f"out of memory{f' ({text[:300]})' if text else ''}; try a smaller pop_size or num_rollouts"
     if not text:  # `raise SomeError()`: its name is all there is to say
         return f"{type(e).__name__}, without a message (--debug shows the traceback)"
-    if isinstance(e, (ValueError, TypeError, FileNotFoundError, KeyError)):
+    if isinstance(e, (ValueError, TypeError, FileNotFoundError, FileExistsError, KeyError)):
         return text
     return f"{type(e).__name__}: {text[:500]} (--debug shows the traceback)"
 
@@ -363,7 +395,7 @@ def _run_episodes(args, extra):
 def _export(args, extra) -> int:
     from popeval.strategies.run_dir import export_policy
 
-    print(export_policy(args.run_dir, args.out_dir))
+    print(export_policy(args.run_dir, args.out_dir, force=args.force))
     return 0
 
 

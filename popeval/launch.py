@@ -4,7 +4,8 @@
 
 starts `popeval evolve ... --coordinator_address=127.0.0.1:PORT --num_processes=2
 --process_id=I` for I = 0, 1 on this machine (a free port unless `--port`), each with
-`--devices_per_process` CPU devices (default 1). Process 0's output is streamed; the others'
+`--devices_per_process` CPU devices (default 1). Process 0's output is streamed (without
+Gloo's "[Gloo] Rank 0 is connected to N peer ranks" line: see `_relay`); the others'
 goes to `process-I.log` files (in `--log_dir`, default a new temporary directory), shown in
 part when a process fails. When one process fails, the launcher stops the others and exits
 with its code; Ctrl-C stops them all. It is for tests and demos of multi-process runs on one
@@ -15,11 +16,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -27,6 +30,13 @@ __all__ = ["launch", "main"]
 
 #: Seconds the launcher gives the other processes to stop (SIGTERM) before killing them.
 GRACE_SECONDS = 10.0
+#: Seconds the launcher waits, once process 0 ended, for the rest of its output (a helper it
+#: started, such as W&B's service, may hold its stdout open a little longer).
+RELAY_SECONDS = 2.0
+#: The line Gloo (JAX's CPU collectives across processes) prints to stdout from C++ when its
+#: connections are made; no setting of JAX's or Gloo's turns it off.
+_GLOO_CONNECTED = re.compile(r"\[Gloo\] Rank \d+ is connected to (\d+) peer ranks\. "
+                             r"Expected number of connected peer ranks is : (\d+)\s*")
 
 
 def _free_port() -> int:
@@ -44,9 +54,33 @@ def _describe(code: int) -> str:
     return f"exit code {code}"
 
 
+def _noise(line: str) -> bool:
+    """Gloo's line saying that every peer connected (one that says some did not is kept)."""
+    found = _GLOO_CONNECTED.fullmatch(line)
+    return found is not None and found[1] == found[2]
+
+
+def _relay(stream) -> threading.Thread:
+    """Copies a child's output (a pipe) to stdout line by line, without Gloo's connection line."""
+    def copy():
+        for line in iter(stream.readline, b""):
+            text = line.decode(errors="replace")
+            if _noise(text):
+                continue
+            try:
+                sys.stdout.write(text)
+                sys.stdout.flush()
+            except (OSError, ValueError):  # stdout closed (`| head`): keep draining, or the child blocks
+                pass
+
+    thread = threading.Thread(target=copy, name="popeval-launch-relay", daemon=True)
+    thread.start()
+    return thread
+
+
 def _tail(path: Path, lines: int = 20) -> str:
     try:
-        text = path.read_text(errors="replace").splitlines()
+        text = [line for line in path.read_text(errors="replace").splitlines() if not _noise(line)]
     except OSError:
         return ""
     return "\n".join(f"  | {line}" for line in text[-lines:])
@@ -87,24 +121,28 @@ def launch(command: list[str], processes: int, *, devices_per_process: int | Non
     if devices_per_process is not None:
         env["JAX_NUM_CPU_DEVICES"] = str(devices_per_process)
     children: list[subprocess.Popen] = []
-    files = []
+    files, relays = [], []
     print(f"popeval launch: {processes} process(es), coordinator {address}; processes 1.. log to {logs}",
           file=sys.stderr, flush=True)
     try:
         for i in range(processes):
             argv = [sys.executable, "-m", "popeval", *command, f"--coordinator_address={address}",
                     f"--num_processes={processes}", f"--process_id={i}"]
-            out = None
+            out = subprocess.PIPE
             if i > 0:
                 out = open(logs / f"process-{i}.log", "wb")
                 files.append(out)
-            children.append(subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT if out else None))
+            children.append(subprocess.Popen(argv, env=env, stdout=out, stderr=None if i == 0 else subprocess.STDOUT))
+            if i == 0:
+                relays.append(_relay(children[0].stdout))
         return _wait(children, logs)
     except KeyboardInterrupt:
         _stop(children, signal.SIGINT)
         return 130
     finally:
         _stop(children, signal.SIGKILL)
+        for relay in relays:
+            relay.join(RELAY_SECONDS)
         for f in files:
             f.close()
 

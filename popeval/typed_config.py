@@ -29,10 +29,12 @@ import yaml
 
 from popeval.environments.registry import did_you_mean
 
-__all__ = ["check_types", "parse_overrides", "from_mapping", "load"]
+__all__ = ["check_types", "parse_overrides", "join_values", "takes_value", "from_mapping", "load"]
 
 #: A number in exponent notation without a dot (`1e-4`, `3E5`), which YAML 1.1 leaves a string.
 _YAML11_FLOAT = re.compile(r"[-+]?[0-9]+[eE][-+]?[0-9]+")
+#: A negative number on a command line (`-5`, `-0.5`, `-.5`, `-1e-3`, `-.inf`): a value, not an option.
+_NEGATIVE_NUMBER = re.compile(r"-([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?|-\.?inf", re.IGNORECASE)
 
 
 class _DuplicateKey(yaml.YAMLError):
@@ -110,16 +112,48 @@ def check_types(config: Any) -> None:
         object.__setattr__(config, f.name, _coerce(type(config), f.name, getattr(config, f.name)))
 
 
+def takes_value(token: str) -> bool:
+    """Whether a command-line token after an option is its value: anything but another option
+    (`-x`, `--x`); a negative number (`-5`, `-1e-3`, `-.inf`) is a value."""
+    return not token.startswith("-") or bool(_NEGATIVE_NUMBER.fullmatch(token))
+
+
+def join_values(argv: list[str], known: typing.Container[str] = ()) -> list[str]:
+    """`["--key", "value"]` -> `["--key=value"]`, argparse's two spellings made one, for every
+    `--key` not in `known` (options that argparse parses itself, flags without a value among
+    them). A token that starts with `-` is the next option, not a value, unless it is a negative
+    number; after `--` nothing is joined."""
+    out, i = [], 0
+    while i < len(argv):
+        token = argv[i]
+        if token == "--":
+            return out + argv[i:]
+        ours = token.startswith("--") and "=" not in token and token not in known
+        if ours and i + 1 < len(argv) and takes_value(argv[i + 1]):
+            out.append(f"{token}={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(token)
+            i += 1
+    return out
+
+
 def parse_overrides(items: list[str]) -> dict:
-    """`["--key=value", "key2=value2"]` -> `{key: value}` (values in YAML syntax; `-` in keys
-    reads as `_`)."""
+    """`["--key=value", "--key2", "value2", "key3=value3"]` -> `{key: value}` (values in YAML
+    syntax; `-` in keys reads as `_`).
+
+    Raises:
+        ValueError naming a key without a value, or an argument that is no `key=value`.
+    """
     out = {}
-    for item in items:
-        item = item[2:] if item.startswith("--") else item
-        if "=" not in item:
-            raise ValueError(f"override {item!r}: expected key=value")
-        k, v = item.split("=", 1)
-        out[k.replace("-", "_")] = _safe_load(v, f"override {item!r}")
+    for item in join_values(list(items)):
+        setting = item[2:] if item.startswith("--") else item
+        key, sep, text = setting.partition("=")
+        if not sep and item.startswith("--"):
+            raise ValueError(f"config key {key!r} needs a value: --{key}=VALUE or --{key} VALUE (YAML syntax)")
+        if not sep:
+            raise ValueError(f"unexpected argument {item!r}: config keys are set with --key=value or --key value")
+        out[key.replace("-", "_")] = _safe_load(text, f"override {setting!r}")
     return out
 
 

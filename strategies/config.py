@@ -168,11 +168,13 @@ class RunOptions:
             `online` or `disabled`.
         wandb_project: the W&B project.
         progress: a progress bar on stderr; `None`: when stderr is a terminal.
-        coordinator_address, num_processes, process_id: a run over several processes (one
-            per host, say): process 0's `host:port`, the process count and this process's
-            index, the same on every process but the index (`popeval.distributed.initialize`).
-            All `None`: one process, unless a cluster scheduler (SLURM, Open MPI) started
-            several. Only process 0 writes the run directory, logs and W&B.
+        coordinator_address: for a run over several processes (one per host, say), process
+            0's `host:port`, the same on every process (`popeval.distributed.initialize`).
+            `coordinator_address`, `num_processes` and `process_id` all `None`: one process,
+            unless a cluster scheduler (SLURM, Open MPI) started several. Only process 0
+            writes the run directory, logs and W&B.
+        num_processes: the process count of a run over several processes.
+        process_id: this process's index in a run over several processes.
         distributed_timeout: seconds a process waits for the coordinator and the others to
             join before it fails.
         distributed_heartbeat: seconds after which a process that stopped answering is
@@ -211,7 +213,8 @@ def config_from_dict(data: dict) -> EvolveConfig:
 
 
 def load_config(path: str | os.PathLike | None = None, overrides: list[str] | dict | None = None) -> EvolveConfig:
-    """Builds an `EvolveConfig` from a YAML file and `key=value` overrides (values in YAML syntax).
+    """Builds an `EvolveConfig` from a YAML file and overrides (`["--key=value", "--key", "value"]`,
+    values in YAML syntax, or a dict).
 
     Raises:
         ValueError / TypeError naming an unknown or mistyped key.

@@ -347,21 +347,29 @@ def _policies(state: Any, mean: Any) -> dict:
     return {"mean": mean, "best": state.best_params, "obs_stats": state.obs_stats}
 
 
-def export_policy(run_dir: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
+def export_policy(run_dir: str | os.PathLike, out_dir: str | os.PathLike, force: bool = False) -> Path:
     """Writes the run's controller to a new directory `out_dir`: its config, result (without
     the run's path), metrics and a checkpoint of the mean and best policies only, which
-    `load_policy`, `popeval eval` and `popeval render` read like the run itself."""
+    `load_policy`, `popeval eval` and `popeval render` read like the run itself.
+
+    Args:
+        force: replace `out_dir` when it holds an earlier export (never another directory).
+
+    Raises:
+        FileExistsError when `out_dir` is not empty (and, with `force`, not an export).
+    """
     run_dir, out = Path(run_dir), Path(out_dir)
     if not (run_dir / CONFIG).is_file() or not checkpoint.exists(run_dir):
         raise FileNotFoundError(f"{run_dir}: not a popeval run directory (config.json and a checkpoint)")
-    if out.exists() and any(out.iterdir()):
-        raise FileExistsError(f"{out}: exists and is not empty")
-    if checkpoint.load_meta(run_dir).get("kind") == POLICIES:
+    if _is_export(run_dir):
         raise ValueError(f"{run_dir}: already an exported controller")
+    replace = _check_export_target(out, force)
     copies = {name: data for name in (CONFIG, RESULT, "metrics.csv") if (data := _read_own(run_dir / name)) is not None}
     config = read_config(run_dir)
     run = build(config)
     state, meta = checkpoint.load(run_dir, init_state(run, config))
+    if replace:
+        shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     kept = (*checkpoint.PROGRESS, checkpoint.CONFIG_SHA256)
     checkpoint.save(out, _policies(state, run.strategy.mean(state.strategy)),
@@ -371,6 +379,25 @@ def export_policy(run_dir: str | os.PathLike, out_dir: str | os.PathLike) -> Pat
     for name, data in copies.items():
         checkpoint.atomic_write(out / name, data)
     return out
+
+
+def _is_export(path: Path) -> bool:
+    """Whether `path` holds an exported controller (`export_policy`)."""
+    return checkpoint.exists(path) and checkpoint.load_meta(path).get("kind") == POLICIES
+
+
+def _check_export_target(out: Path, force: bool) -> bool:
+    """Whether `export_policy` replaces `out` (an earlier export, with `force`); refuses any
+    other directory that is not empty."""
+    if not out.exists() or not any(out.iterdir()):
+        return False
+    if not force:
+        raise FileExistsError(f"{out}: exists and is not empty; choose a new directory, or pass --force "
+                              "(force=True) to replace an earlier export there")
+    if out.is_symlink() or not _is_export(out):
+        raise FileExistsError(f"{out}: not an exported controller, so --force does not replace it; "
+                              "choose a new directory")
+    return True
 
 
 def _without_run_dir(result: bytes) -> bytes:

@@ -190,7 +190,9 @@ def fake_wandb(hang: threading.Event | None = None) -> types.ModuleType:
 
     def init(mode, **kwargs):
         module.calls.append(("init", mode))
-        return Run()
+        run = Run()
+        run.sync_dir = str(Path(kwargs["dir"]) / "wandb" / f"offline-run-20260101_000000-{kwargs['id']}")
+        return run
 
     module.init, module.Settings = init, dict
     return module
@@ -244,9 +246,33 @@ def test_wandb_online_without_an_api_key_logs_offline_and_says_how_to_sync(tmp_p
         sink.close()
     messages = [r.getMessage() for r in caplog.records if r.name.startswith("popeval")]  # not W&B's own logger
     assert len(messages) == 1 and "no API key" in messages[0], messages
-    assert f"wandb sync {run_dir / 'wandb' / 'offline-run-*'}" in messages[0]
-    assert sink.mode == "offline" and list((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
+    [offline] = (run_dir / "wandb").glob("offline-run-*")
+    assert f"logs offline to {offline}; upload it later with `wandb sync {offline}`" in messages[0]
+    assert f"{run_dir / 'metrics.csv'} holds the same metrics" in messages[0]
+    assert sink.mode == "offline" and list(offline.glob("run-*.wandb"))
     assert wandb.run is None  # finished
+
+
+@pytest.mark.parametrize("mode", ["auto", "offline", "online", "disabled"])
+def test_an_offline_wandb_run_says_where_its_files_are_and_how_to_upload_them(tmp_path, monkeypatch, caplog, mode):
+    """A new user's issue: `--wandb offline` and the default without an API key wrote
+    RUN/wandb/offline-run-* without a word; only the no-key fallback said where."""
+    monkeypatch.setitem(sys.modules, "wandb", fake_wandb())
+    for var in ("WANDB_API_KEY", "WANDB_MODE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.netrc: auto is offline
+    sink, run = WandbSink(mode), info(tmp_path, 0)
+    with caplog.at_level(logging.INFO, logger="popeval"):
+        sink.start(run)
+        sink.close()
+    said = [r for r in caplog.records if "W&B" in r.getMessage()]
+    if mode in ("online", "disabled"):
+        assert not said
+        return
+    offline = tmp_path / "wandb" / f"offline-run-20260101_000000-{run.meta['wandb_id']}"
+    assert [(r.levelno, r.getMessage()) for r in said] == [
+        (logging.INFO, f"W&B: this run logs offline to {offline}; upload it later with `wandb sync {offline}`; "
+                       f"{tmp_path / 'metrics.csv'} holds the same metrics")]
 
 
 # ------------------------------------------------------------------ Ctrl-C and the final evaluation

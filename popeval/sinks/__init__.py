@@ -1,12 +1,18 @@
 """Where a run's metrics go: one small protocol, six sinks.
 
-    sinks = [CSVSink(), PlotSink(), WandbSink("offline"), ProgressSink()]
-    evolve(config, options, sinks=sinks)      # the loop calls start / log / close
+```python
+sinks = [CSVSink(), PlotSink(), WandbSink("offline"), ProgressSink()]
+evolve(config, options, sinks=sinks)      # the loop calls start / log / close
+```
 
 A sink is any object with
-    start(info: RunInfo) -> None              # before the first generation
-    log(step: int, metrics: dict) -> None     # after every generation, flat `/` keys
-    close() -> None                           # always, also after an error or Ctrl-C
+
+```python
+start(info: RunInfo) -> None              # before the first generation
+log(step: int, metrics: dict) -> None     # after every generation, flat `/` keys
+close() -> None                           # always, also after an error or Ctrl-C
+```
+
 `start` may be slow (W&B's service, matplotlib's import): the loop runs it on a helper
 thread while the first generation compiles, and waits for it before the first `log`. A sink
 may keep what a resumed run needs in `info.meta` under its own key (W&B keeps its run id);

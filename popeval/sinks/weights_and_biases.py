@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .base import RunInfo
+from .files import METRICS_CSV
 
 __all__ = ["WandbSink", "wandb_mode", "CLOSE_TIMEOUT"]
 
@@ -59,6 +60,16 @@ def close_timeout_from_env() -> float:
     return value
 
 
+def _sync_dir(run, wandb_dir: Path) -> str:
+    """The offline run's directory (`RUN/wandb/offline-run-<time>-<id>`, what `wandb sync`
+    takes): `run.sync_dir` in newer W&B, the parent of its files' directory (`run.dir`) in older."""
+    try:
+        where = getattr(run, "sync_dir", None) or Path(run.dir).parent
+    except Exception:  # noqa: BLE001 - a W&B without either: the pattern that finds it
+        where = wandb_dir / "offline-run-*"
+    return str(where)
+
+
 def _quiet_init(wandb, **kwargs):
     """`wandb.init` without W&B's own traceback on its logger when it fails: the caller says
     what happened in one line (the fallback to offline, or "W&B disabled")."""
@@ -81,13 +92,19 @@ class WandbSink:
     logs one warning and turns the sink off; `online` without an API key falls back to
     offline, saying so in one line. The run's W&B id is chosen up front and kept in the
     checkpoint's metadata (`wandb_id`), so a resumed run continues the same W&B run.
+
+    An offline run says at its start, in one line, where its files are, how to upload them,
+    and that `metrics_file` in the run directory (`CSVSink`'s; None: no such file) holds the
+    same metrics.
     """
 
     META_KEY = "wandb_id"
 
-    def __init__(self, mode: str = "auto", project: str = "popeval", close_timeout: float | None = None):
+    def __init__(self, mode: str = "auto", project: str = "popeval", close_timeout: float | None = None,
+                 metrics_file: str | None = METRICS_CSV):
         self.mode = wandb_mode(mode)
         self.project = project
+        self.metrics_file = metrics_file
         self.close_timeout = close_timeout_from_env() if close_timeout is None else float(close_timeout)
         self.run = None
         self._queue: queue.SimpleQueue | None = None
@@ -122,11 +139,19 @@ class WandbSink:
         except Exception as e:
             if self.mode != "online" or not _NO_API_KEY.search(str(e)):
                 raise
-            where = info.run_dir / "wandb"
-            log.warning("W&B: no API key configured (`wandb login` or WANDB_API_KEY), so this run logs offline "
-                        "to %s; upload it later with `wandb sync %s`", where, where / "offline-run-*")
             self.mode = "offline"
             self.run = wandb.init(mode=self.mode, **kwargs)
+            log.warning("W&B: no API key configured (`wandb login` or WANDB_API_KEY), so %s",
+                        self._offline_line(info.run_dir))
+        else:
+            if self.mode == "offline":
+                log.info("W&B: %s", self._offline_line(info.run_dir))
+
+    def _offline_line(self, run_dir: Path) -> str:
+        """Where an offline run's files are, how to upload them, and where else its metrics are."""
+        where = _sync_dir(self.run, run_dir / "wandb")
+        also = f"; {run_dir / self.metrics_file} holds the same metrics" if self.metrics_file else ""
+        return f"this run logs offline to {where}; upload it later with `wandb sync {where}`{also}"
 
     def start(self, info: RunInfo) -> None:
         if self.mode == "disabled":

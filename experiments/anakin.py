@@ -71,7 +71,7 @@ def main(argv=None) -> int:
         from agents import anakin_seed
 
         per_device = config.batch_size // result["devices"]
-        print(f"anchor (seed 003's code and Catch): {per_device} environments per device", flush=True)
+        print(f"anchor (the Podracer notebook's code and Catch): {per_device} environments per device", flush=True)
         anchor = anakin_seed.run_experiment(anakin_seed.Catch(), per_device, config.rollout_len, config.step_size,
                                             config.iterations, config.seed, devices=config.devices)
         summary["anchor"] = anchor

@@ -85,7 +85,7 @@ def main(argv=None) -> int:
         from agents.dqn_seed import run_seed_loop
 
         steps = args.anchor_steps or (1500 if args.quick else 10_000)
-        print(f"anchor: seed 002's Python loop, one seed, {steps} environment steps ...", flush=True)
+        print(f"anchor: the blog post's Python loop, one seed, {steps} environment steps ...", flush=True)
         anchor = run_seed_loop(config, steps, seed=config.seed)
         # Per seed, like for like: the compiled program with one seed over the anchor's steps.
         single = train(dataclasses.replace(config, num_seeds=1, total_steps=steps, curve_episodes=1, eval_episodes=1,

@@ -1,10 +1,11 @@
-"""The controller zoo (`experiments/controllers/<config>/`): its results table and its
-learning-curve figure.
+"""The controller zoo (`experiments/controllers/<config>/`): its results tables and its
+learning-curve figures.
 
     python experiments/zoo.py fresh [CONFIG ...]  # each controller on 4096+ fresh episodes -> fresh.json
     python experiments/zoo.py seeds CONFIG RUN_DIR ...   # a config's runs with other seeds -> seeds.json
     python experiments/zoo.py table [--short]     # docs/zoo.md's (README's) table, from the JSON files
-    python experiments/zoo.py figure              # experiments/zoo_curves.png from every metrics.csv
+    python experiments/zoo.py table --setups      # docs/zoo.md's second table: each run's setup and cost
+    python experiments/zoo.py figure              # experiments/zoo_curves_<family>.png from every metrics.csv
 
 A controller is `popeval export` of a run of `experiments/configs/<config>.yaml`. The return
 it is compared with is the config's `# Reference: VALUE (SOURCE)` line: the best published
@@ -164,7 +165,7 @@ def rows() -> list[dict]:
         fresh, seeds = _read(path, "fresh.json") or {}, _read(path, "seeds.json") or []
         mean, best = result["mean_policy_return"], result["best_policy_return"]
         which = _preferred(mean, best)
-        judged = fresh.get(f"{which}_policy_return")
+        judged = shipped = fresh.get(f"{which}_policy_return")
         spread = [s[f"fresh_{_preferred(s['mean_policy_return'], s['best_policy_return'])}_policy_return"]
                   for s in seeds]
         if spread:
@@ -174,7 +175,8 @@ def rows() -> list[dict]:
                     "target": target, "source": source, "mean": mean, "best": best,
                     "fresh_mean": fresh.get("mean_policy_return"), "fresh_best": fresh.get("best_policy_return"),
                     "fresh_episodes": fresh.get("episodes"), "judged_policy": which, "judged": judged,
-                    "seeds": spread, "generations": result["generations"], "env_steps": result["env_steps"],
+                    "shipped": shipped, "seeds": spread, "generations": result["generations"],
+                    "env_steps": result["env_steps"],
                     "wall_s": result["wall_seconds"], "devices": result.get("devices"),
                     "verdict": verdict(judged, target, is_optimum(source))})
     return out
@@ -184,7 +186,14 @@ def _judged(r: dict) -> str:
     if not r["seeds"]:
         return _fmt(r["judged"]) + f" ({r['judged_policy']})"
     return (f"{_fmt(r['judged'])} (median of {len(r['seeds'])} seeds, "
-            f"{_fmt(min(r['seeds']))} to {_fmt(max(r['seeds']))})")
+            f"{_fmt(min(r['seeds']))} to {_fmt(max(r['seeds']))}; the shipped controller {_fmt(r['shipped'])})")
+
+
+def _popeval_short(r: dict) -> str:
+    """README's figure: the judged one and, where it is a median of seeds, the shipped controller's own."""
+    if not r["seeds"]:
+        return _fmt(r["judged"])
+    return f"{_fmt(r['judged'])} (median of {len(r['seeds'])} seeds; the shipped controller {_fmt(r['shipped'])})"
 
 
 def _reference(r: dict, short: bool) -> str:
@@ -198,23 +207,32 @@ def _reference(r: dict, short: bool) -> str:
 
 
 def table(short: bool = False) -> str:
-    """docs/zoo.md's table, or with `short` README's (environment, reference, fresh figure,
-    verdict)."""
+    """docs/zoo.md's results table, or with `short` README's (environment, reference, fresh
+    figure, verdict). Each run's setup and cost are `setup_table()`, so that neither table is
+    wider than a page."""
     if short:
         head = ["environment", "reference", "popeval (fresh episodes)", "verdict"]
     else:
-        head = ["environment", "setup (strategy, policy, pop x episodes)", "reference (source)",
-                "run's evaluation: mean / best policy", "fresh episodes: mean / best policy", "judged (fresh)",
-                "generations", "env steps", "wall", "verdict"]
+        head = ["environment", "reference (source)", "run's evaluation: mean / best policy",
+                "fresh episodes: mean / best policy", "judged (fresh)", "verdict"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows():
         if short:
-            cells = [r["env"], _reference(r, True), _fmt(r["judged"]), r["verdict"]]
+            cells = [r["env"], _reference(r, True), _popeval_short(r), r["verdict"]]
         else:
             fresh = f"{_fmt(r['fresh_mean'])} / {_fmt(r['fresh_best'])} ({r['fresh_episodes']})"
-            cells = [r["env"], r["setup"], _reference(r, False), f"{_fmt(r['mean'])} / {_fmt(r['best'])}", fresh,
-                     _judged(r), str(r["generations"]), f"{r['env_steps'] / 1e6:.1f}M", f"{r['wall_s']:.0f} s",
+            cells = [r["env"], _reference(r, False), f"{_fmt(r['mean'])} / {_fmt(r['best'])}", fresh, _judged(r),
                      r["verdict"]]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def setup_table() -> str:
+    """docs/zoo.md's second table: each controller's run, its setup and what it cost."""
+    head = ["environment", "setup (strategy, policy, pop x episodes)", "generations", "env steps", "wall"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows():
+        cells = [r["env"], r["setup"], str(r["generations"]), f"{r['env_steps'] / 1e6:.1f}M", f"{r['wall_s']:.0f} s"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -230,33 +248,52 @@ def _column(path: Path, name: str) -> tuple[list[float], list[float]]:
     return xs, ys
 
 
-def figure(out: Path, cols: int = 6) -> Path:
+#: The figure's families, by environment id suffix (classic control has none), and their file names.
+FAMILIES = {"classic control": "classic_control", "bsuite": "bsuite", "MinAtar": "minatar", "misc": "misc"}
+
+
+def family(env_id: str) -> str:
+    """`"bsuite"`, `"MinAtar"`, `"misc"` or `"classic control"`, from the id's suffix."""
+    suffix = env_id.rsplit("-", 1)[-1]
+    return suffix if suffix in FAMILIES else "classic control"
+
+
+def figure(out_dir: Path = HERE, cols: int = 3) -> list[Path]:
+    """The learning curves of every controller's run, one figure per family:
+    `out_dir/zoo_curves_<family>.png` (`FAMILIES`); returns the files written."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    paths = [p for p in controllers() if (p / "metrics.csv").is_file()]
-    n_rows = max(1, math.ceil(len(paths) / cols))
-    fig, axes = plt.subplots(n_rows, cols, figsize=(3.0 * cols, 2.4 * n_rows), squeeze=False)
-    for ax, path in zip(axes.flat, paths):
-        config = json.loads((path / "config.json").read_text())
-        ax.plot(*_column(path, "fitness/mean"), lw=1, label="population mean fitness")
-        ax.plot(*_column(path, "eval/return"), "o-", ms=2, lw=1, label="mean policy (evaluation)")
-        target = reference(path.name)[0]
-        if target is not None:
-            ax.axhline(target, color="grey", ls="--", lw=0.8, label="reference")
-        ax.set_title(config["env_name"], fontsize=9)
-        ax.tick_params(labelsize=7)
-    for ax in list(axes.flat)[len(paths):]:
-        ax.axis("off")
-    if paths:
-        axes.flat[0].legend(fontsize=6, loc="lower right")
-    fig.supxlabel("generation")
-    fig.tight_layout()
-    fig.savefig(out, dpi=90)
-    plt.close(fig)
-    return out
+    runs = [(json.loads((p / "config.json").read_text())["env_name"], p)
+            for p in controllers() if (p / "metrics.csv").is_file()]
+    written = []
+    for name, slug in FAMILIES.items():
+        members = [(env, path) for env, path in runs if family(env) == name]
+        if not members:
+            continue
+        n_rows = math.ceil(len(members) / cols)
+        fig, axes = plt.subplots(n_rows, cols, figsize=(3.6 * cols, 2.8 * n_rows), squeeze=False)
+        for ax, (env, path) in zip(axes.flat, members):
+            ax.plot(*_column(path, "fitness/mean"), lw=1, label="population mean fitness")
+            ax.plot(*_column(path, "eval/return"), "o-", ms=2, lw=1, label="mean policy (evaluation)")
+            target = reference(path.name)[0]
+            if target is not None:
+                ax.axhline(target, color="grey", ls="--", lw=0.8, label="reference")
+            ax.set_title(env, fontsize=11)
+            ax.tick_params(labelsize=9)
+        for ax in list(axes.flat)[len(members):]:
+            ax.axis("off")
+        axes.flat[0].legend(fontsize=8, loc="lower right")
+        fig.suptitle(f"The zoo's runs: {name}", fontsize=12)
+        fig.supxlabel("generation", fontsize=10)
+        fig.tight_layout()
+        out = Path(out_dir) / f"zoo_curves_{slug}.png"
+        fig.savefig(out, dpi=100)
+        plt.close(fig)
+        written.append(out)
+    return written
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -270,17 +307,18 @@ def main(argv: list[str] | None = None) -> None:
     t = sub.add_parser("table", help="the results table (markdown)")
     t.add_argument("--json", action="store_true", help="the rows as JSON instead")
     t.add_argument("--short", action="store_true", help="README's shorter table")
-    f = sub.add_parser("figure", help="learning curves of every controller's run")
-    f.add_argument("--out", type=Path, default=HERE / "zoo_curves.png")
+    t.add_argument("--setups", action="store_true", help="docs/zoo.md's second table: each run's setup and cost")
+    f = sub.add_parser("figure", help="learning curves of every controller's run, one figure per family")
+    f.add_argument("--out_dir", type=Path, default=HERE, help="where zoo_curves_<family>.png go")
     args = parser.parse_args(argv)
     if args.command == "fresh":
         write_fresh(args.names)
     elif args.command == "seeds":
         write_seeds(args.name, args.runs)
     elif args.command == "table":
-        print(json.dumps(rows(), indent=2) if args.json else table(args.short))
+        print(json.dumps(rows(), indent=2) if args.json else setup_table() if args.setups else table(args.short))
     else:
-        print(figure(args.out))
+        print("\n".join(map(str, figure(args.out_dir))))
 
 
 if __name__ == "__main__":

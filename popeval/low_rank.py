@@ -1,9 +1,11 @@
 """Low-rank populations (EGGROLL): every member is one shared policy plus a rank-`r` perturbation.
 
-    pop = LowRankPopulation.from_key(mean, key, sigma=0.05, rank=1, pop_size=256)
-    result = manager.population_fitness(keys, pop)        # (P, B), as for explicit params
-    factors = draw_factors(mean, key, jnp.arange(256), rank=1)   # the same draws, for an update
-    pop = LowRankPopulation.from_factors(mean, factors, sigma=0.05)   # your own factors
+```python
+pop = LowRankPopulation.from_key(mean, key, sigma=0.05, rank=1, pop_size=256)
+result = manager.population_fitness(keys, pop)        # (P, B), as for explicit params
+factors = draw_factors(mean, key, jnp.arange(256), rank=1)   # the same draws, for an update
+pop = LowRankPopulation.from_factors(mean, factors, sigma=0.05)   # your own factors
+```
 
 EGGROLL (Sarkar et al., "Evolution Strategies at the Hyperscale", arXiv 2511.16652) perturbs
 each weight matrix `W` (`m x n`) of member `i` by `(sigma / sqrt(r)) A_i B_i^T`, with Gaussian

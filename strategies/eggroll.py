@@ -1,11 +1,13 @@
 """EGGROLL (Sarkar et al., "Evolution Strategies at the Hyperscale", arXiv 2511.16652) as an
 optax-style `Strategy` over low-rank populations (`popeval.low_rank`).
 
-    strategy = eggroll(pop_size=256, solution=params, rank=1, sigma=0.1, learning_rate=0.05)
-    state = strategy.init(key, params)
-    population, state = strategy.ask(key, state)   # a LowRankPopulation: the mean, a key, the generation
-    fitness = manager.population_fitness(keys, population).returns.mean(axis=-1)
-    state, metrics = strategy.tell(state, population, fitness)   # higher fitness is better
+```python
+strategy = eggroll(pop_size=256, solution=params, rank=1, sigma=0.1, learning_rate=0.05)
+state = strategy.init(key, params)
+population, state = strategy.ask(key, state)   # a LowRankPopulation: the mean, a key, the generation
+fitness = manager.population_fitness(keys, population).returns.mean(axis=-1)
+state, metrics = strategy.tell(state, population, fitness)   # higher fitness is better
+```
 
 Member `i` perturbs every weight matrix `M` by `sigma E_i`, `E_i = A_i B_i^T / sqrt(r)` with
 Gaussian `A_i` (`m x r`) and `B_i` (`n x r`), and every other parameter `v` by `sigma e_i`,
@@ -14,7 +16,9 @@ Gaussian `A_i` (`m x r`) and `B_i` (`n x r`), and every other parameter `v` by `
 (`popeval.low_rank`'s `Factors`). The update is the paper's Gaussian ES estimate of the
 gradient of the expected fitness, on the shaped fitness `s_i` (centred ranks or z-scores):
 
-    g = 1 / (N sigma) * sum_i s_i E_i        (and sum_i s_i e_i for the other parameters)
+```text
+g = 1 / (N sigma) * sum_i s_i E_i        (and sum_i s_i e_i for the other parameters)
+```
 
 given to an optax optimizer as the gradient of a loss to minimise, `-g`: with `sgd` the mean
 moves by `learning_rate * g`. The paper's reference code (github.com/ESHyperscale/HyperscaleES,
@@ -69,8 +73,10 @@ def eggroll(pop_size: int, solution: Any, *, rank: int = 1, sigma: float = 0.1, 
         solution: a parameter pytree with the shape of one solution.
         rank: `r`, the rank of every matrix perturbation.
         sigma: the perturbations' scale.
-        learning_rate, optimizer, lr_decay, lr_min: the optax optimizer (a name, e.g. `adam` or
-            `sgd`), its learning rate and that rate's per-generation decay factor and floor.
+        learning_rate: the optimizer's learning rate.
+        optimizer: the optax optimizer, by name (e.g. `adam` or `sgd`).
+        lr_decay: the learning rate's per-generation decay factor.
+        lr_min: the learning rate's floor.
         fitness_shaping: `"centered_rank"`, `"z_score"` or `"none"`.
         member_chunk: members redrawn at a time by `tell`; default `max(1, min(N, 2**20 // d))`,
             `d` the numbers one member draws.

@@ -157,10 +157,15 @@ def make_strategy(
         solution: a parameter pytree with the shape of one solution.
         fitness_shaping: `"centered_rank"`, `"z_score"` or `"none"`, applied to the
             (maximised) fitness before the strategy sees it.
-        learning_rate, lr_decay, lr_min, optimizer: for gradient-based algorithms: the
-            learning rate, its per-generation decay factor and floor, and an optax optimizer
-            name (e.g. "adam" or "sgd").
-        std_init, std_decay, std_min: initial search std and its per-generation decay.
+        learning_rate: the learning rate of a gradient-based algorithm (`None`: the
+            algorithm's default).
+        lr_decay: the learning rate's per-generation decay factor.
+        lr_min: the learning rate's floor.
+        optimizer: the optax optimizer of a gradient-based algorithm, by name (e.g. "adam" or
+            "sgd").
+        std_init: the initial search std (`None`: the algorithm's default).
+        std_decay: the search std's per-generation decay factor.
+        std_min: the search std's floor.
         member_chunk: members regenerated at a time by `Strategy.members.tell`; default
             `max(1, min(pop_size, 2**20 // num_dims))`.
         **kwargs: further constructor arguments or `Params` fields of the evosax algorithm.

@@ -77,7 +77,18 @@ def test_export_keeps_the_policies_and_drops_the_strategy_state(tmp_path, capsys
         a, b = load_policy(run, which), load_policy(out, which)
         jax.tree.map(np.testing.assert_array_equal, a.params, b.params)
     capsys.readouterr()
-    assert cli.main(["export", str(run), str(out)]) != 0 and "not empty" in capsys.readouterr().err
+    # An existing export: one line that says what to do (a new issue: a bare FileExistsError).
+    assert cli.main(["export", str(run), str(out)]) == 2
+    assert capsys.readouterr().err == (f"popeval export: error: {out}: exists and is not empty; choose a new "
+                                       "directory, or pass --force (force=True) to replace an earlier export there\n")
+    (out / "stale.txt").write_text("from the earlier export")
+    assert cli.main(["export", str(run), str(out), "--force"]) == 0 and not (out / "stale.txt").exists()
+    jax.tree.map(np.testing.assert_array_equal, load_policy(run, "best").params, load_policy(out, "best").params)
+    # --force replaces an export only: never the run itself, nor any other directory.
+    for other in (run, tmp_path):
+        before = sorted(other.iterdir())
+        assert cli.main(["export", str(run), str(other), "--force"]) == 2 and sorted(other.iterdir()) == before
+        assert "not an exported controller, so --force does not replace it" in capsys.readouterr().err
     assert cli.main(["export", str(run), str(tmp_path / "other")]) == 0
     assert cli.main(["export", str(out), str(tmp_path / "third")]) != 0
     assert "already an exported controller" in capsys.readouterr().err
@@ -100,23 +111,34 @@ def test_zoo_table_and_figure(tmp_path):
     assert cartpole["target"] == 500.0 and "gymnax-blines" in cartpole["source"] and cartpole["verdict"] == "met"
     assert all(r["target"] is not None and r["source"] for r in rows), [r["env"] for r in rows if not r["source"]]
     assert all(r["judged"] is not None for r in rows), [r["env"] for r in rows if r["judged"] is None]
-    for short in (False, True):
-        table = zoo.table(short)
+    breakout = next(r for r in rows if r["env"] == "Breakout-MinAtar")  # a median of seeds: the shipped one beside it
+    shipped = json.loads((REPO / "experiments/controllers/breakout_minatar/fresh.json").read_text())
+    assert breakout["shipped"] == shipped[f"{breakout['judged_policy']}_policy_return"] != breakout["judged"]
+    assert f"(median of 3 seeds; the shipped controller {zoo._fmt(breakout['shipped'])})" in zoo.table(short=True)
+    for table in (zoo.table(), zoo.table(short=True), zoo.setup_table()):
         assert table.count("\n") == len(CONTROLLERS) + 1 and "CartPole-v1" in table
+        assert table.splitlines()[0].count(" | ") <= 5  # at most six columns: the site shows it whole
     assert zoo.verdict(-120.0, -130.0) == "beaten" and zoo.verdict(-131.0, -130.0) == "met"
     assert zoo.verdict(0.5, 1.0) == "missed" and zoo.verdict(1.0, None) == "-"
     assert zoo.verdict(1.05, 1.0, optimum=True) == "met" and zoo.verdict(1.05, 1.0) == "beaten"
     assert zoo.is_optimum("the optimum, derived above") and zoo.is_optimum("gymnax-blines ES; the maximum")
     assert not zoo.is_optimum("gymnax-blines ES; optimum 1.0")
-    out = zoo.figure(tmp_path / "curves.png")
-    assert out.stat().st_size > 10_000
+    assert [zoo.family(e) for e in ("Acrobot-v1", "Catch-bsuite", "Pong-misc", "Breakout-MinAtar")] == [
+        "classic control", "bsuite", "misc", "MinAtar"]
+    written = zoo.figure(tmp_path)
+    assert sorted(p.name for p in written) == sorted(f"zoo_curves_{slug}.png" for slug in zoo.FAMILIES.values())
+    assert all(p.stat().st_size > 10_000 for p in written)
+    # The site shows the figures as they are in experiments/ (docs/hooks/figures.py copies them).
+    assert sorted(p.name for p in written) == sorted(p.name for p in (REPO / "experiments").glob("zoo_curves_*.png"))
 
 
 def test_the_docs_show_the_zoo_s_tables():
-    """README and docs/zoo.md carry `zoo.py table --short` and `zoo.py table` as they are."""
+    """README and docs/zoo.md carry `zoo.py table --short`, `zoo.py table` and `zoo.py table
+    --setups` as they are."""
     zoo = _zoo()
     assert zoo.table(short=True) in (REPO / "README.md").read_text()
     assert zoo.table() in (REPO / "docs" / "zoo.md").read_text()
+    assert zoo.setup_table() in (REPO / "docs" / "zoo.md").read_text()
 
 
 def test_the_verdict_judges_the_fresh_figure_of_the_policy_the_run_preferred(tmp_path, monkeypatch):

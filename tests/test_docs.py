@@ -24,10 +24,10 @@ PAGES = ["README.md"] + sorted(str(p.relative_to(REPO)) for p in (REPO / "docs")
 FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```$", re.S | re.M)
 #: What a page's output must contain, besides running without an error.
 EXPECTED = {
-    "README.md": ["(16, 4) (16, 4)"],
+    "README.md": ["(16, 4) (16, 4)", "generation 9: mean return"],
     "docs/index.md": ["(16, 4) (16, 4)"],
     "docs/environments.md": ["'final_observation'"],
-    "docs/rollouts.md": ["(8, 4, 50, 3) (8, 4) (8, 4)", "3200.0", "(2, 3, 4)", "(8, 4) (8, 3, 1)"],
+    "docs/rollouts.md": ["(8, 4, 50, 3) (8, 4) (8, 4)", "(8,)\n", "3200.0", "(2, 3, 4)", "(8, 4) (8, 3, 1)"],
     "docs/evolve.md": ["\n2\n"],
 }
 
@@ -72,6 +72,9 @@ def test_mkdocs_builds_the_site_strictly(tmp_path):
     )
     log = (out.stdout + out.stderr)[-4000:]
     assert out.returncode == 0, f"mkdocs build --strict failed (pip install -e '.[docs]'):\n{log}"
-    for page in ("index.html", "api/index.html", "figures/zoo_curves.png"):
+    zoo_figures = [f"figures/zoo_curves_{family}.png" for family in ("classic_control", "bsuite", "minatar", "misc")]
+    for page in ("index.html", "api/index.html", *zoo_figures):
         assert (tmp_path / "site" / page).is_file(), page
+    zoo_page = (tmp_path / "site" / "zoo" / "index.html").read_text()
+    assert all(f'href="../{figure}"' in zoo_page for figure in zoo_figures)  # each linked to its full size
     assert "popeval.rollout.RolloutWrapper" in (tmp_path / "site" / "api" / "index.html").read_text()

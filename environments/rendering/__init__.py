@@ -151,8 +151,10 @@ def save_gif(frames: Sequence[np.ndarray], path, fps: float = 30) -> Path:
 class Visualizer:
     """gymnax's `Visualizer` usage, drawn by `render` and written by `save_gif`.
 
-        vis = Visualizer(env, env_params, state_seq, cum_rewards)
-        vis.animate("anim.gif")
+    ```python
+    vis = Visualizer(env, env_params, state_seq, cum_rewards)
+    vis.animate("anim.gif")
+    ```
 
     Args:
         env: a popeval environment.

@@ -1,8 +1,10 @@
 """Adapters that give other JAX environment suites popeval's environment API.
 
-    from popeval.environments.suites import brax_env
-    env = brax_env("inverted_pendulum")          # a popeval Environment
-    manager = RolloutWrapper(policy.apply, env=env, num_env_steps=1000)
+```python
+from popeval.environments.suites import brax_env
+env = brax_env("inverted_pendulum")          # a popeval Environment
+manager = RolloutWrapper(policy.apply, env=env, num_env_steps=1000)
+```
 
 Each adapter is one module (`brax`, `craftax`, `jumanji`, `navix`) that imports its suite
 only when called: the suites are test and benchmark extras (`pip install 'popeval[suites]'`),

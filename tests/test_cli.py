@@ -1,7 +1,9 @@
 """The `popeval` command line, run as real processes: the shipped CartPole config solves its
-task, `eval` / `list-envs` print what they promise, errors exit with code 2 and a clear
-message, and the command leaves JAX's CPU device count alone (one device, whose pieces run on
-every core, unless the user chose a count).
+task, `eval` / `list-envs` print what they promise, and the command leaves JAX's CPU device
+count alone (one device, whose pieces run on every core, unless the user chose a count).
+Errors exit with code 2 and a clear message, and `--help` lists the options: those run
+in-process (`main(argv)`, what `python -m popeval` calls; a real process's exit code 2:
+tests/test_distributed.py).
 """
 
 from __future__ import annotations
@@ -96,6 +98,7 @@ def test_cli_runs_on_one_cpu_device_unless_asked(solved):
     assert summary["devices"] == 1  # its generation's pieces run on threads over every core
 
 
+@pytest.mark.slow  # the same imports and device count: tests/test_imports.py
 def test_importing_popeval_leaves_jax_backends_uninitialised(tmp_path):
     """Otherwise the CLI cannot choose the CPU device count (it imports popeval first).
     (`popeval.strategies` is left out: evosax's algorithms create arrays at import.)"""
@@ -106,7 +109,8 @@ def test_importing_popeval_leaves_jax_backends_uninitialised(tmp_path):
     assert result.returncode == 0 and result.stdout.split() == ["3"], result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("chosen", [None, "2"])
+#: No count chosen: one device, as `test_cli_runs_on_one_cpu_device_unless_asked` sees in a real run.
+@pytest.mark.parametrize("chosen", [pytest.param(None, marks=pytest.mark.slow), "2"])
 def test_cli_keeps_the_device_count_the_user_chose(tmp_path, chosen):
     code = ("from popeval.cli import main\n"
             "main(['list-envs'])\n"
@@ -120,19 +124,25 @@ def test_cli_keeps_the_device_count_the_user_chose(tmp_path, chosen):
 
 
 @pytest.mark.xdist_group("cli-solved")  # one worker where --dist loadgroup groups
-def test_eval_prints_the_returns_of_a_saved_controller(solved):
+def test_eval_prints_the_returns_of_a_saved_controller(solved, monkeypatch, capsys):
+    """In-process (`main(argv)`); the console script runs in `test_list_envs`."""
+    from popeval import cli
+
     run_dir, *_ = solved
-    assert CONSOLE_SCRIPT.is_file(), "the `popeval` console script is not installed"
-    result = run([CONSOLE_SCRIPT, "eval", run_dir, "--episodes", "8", "--which", "mean"], run_dir.parent)
-    assert result.returncode == 0, result.stderr
-    out = json.loads(result.stdout)
+    monkeypatch.chdir(run_dir.parent)
+    code = cli.main(["eval", str(run_dir), "--episodes", "8", "--which", "mean"])
+    stdout, stderr = capsys.readouterr()
+    assert code == 0, stderr
+    out = json.loads(stdout)
     assert out["episodes"] == 8 and out["policy"] == "mean"
     assert 0 < out["min_return"] <= out["mean_return"] <= out["max_return"] <= 500
     assert out["mean_return"] > 100  # the evolved controller, not a fresh one (~20)
 
 
 def test_list_envs(tmp_path):
-    result = popeval("list-envs", cwd=tmp_path)
+    """Through the installed `popeval` console script."""
+    assert CONSOLE_SCRIPT.is_file(), "the `popeval` console script is not installed"
+    result = run([CONSOLE_SCRIPT, "list-envs"], tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == list(registered_envs)
 
@@ -165,41 +175,69 @@ def test_list_envs(tmp_path):
          "malformed-yaml", "binary-yaml", "config-dir", "run-dir-file", "hidden-0", "hidden-negative",
          "activation", "seed-range", "odd-pop-no-antithetic", "negative-lr", "eval-episodes"],
 )
-def test_errors_exit_2_with_a_message(tmp_path, args, message):
+def test_errors_exit_2_with_a_message(tmp_path, monkeypatch, capsys, args, message):
+    from popeval import cli
+
+    monkeypatch.chdir(tmp_path)
     (tmp_path / "notes.txt").write_text("not a run")
     (tmp_path / "bad.yaml").write_text("pop_size: [1, 2\n")
     (tmp_path / "binary.yaml").write_bytes(bytes(range(256)))
     before = sorted(p.name for p in tmp_path.iterdir())
-    result = popeval(*args, cwd=tmp_path)
-    lines = result.stderr.strip().splitlines()
-    assert result.returncode == 2, result.stdout + result.stderr
-    assert message in lines[-1] and "Traceback" not in result.stderr, result.stderr
+    code = cli.main([str(a) for a in args])  # an exception it let through would fail the test here
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert code == 2, out + err
+    assert message in lines[-1] and "Traceback" not in err, err
     assert lines[-1].startswith(f"popeval {args[0]}: error: ")
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written
 
 
-def test_evolve_without_a_config_uses_the_defaults_and_the_overrides(tmp_path):
-    result = popeval("evolve", "--env_name=Catch-bsuite", "--pop_size=8", "--num_rollouts=1",
-                     "--num_generations=2", "--hidden_sizes=[4]", "--eval_episodes=2", "--run_dir=r", "--quiet",
-                     cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    assert json.loads((tmp_path / "r" / "config.json").read_text())["env_name"] == "Catch-bsuite"
+@pytest.mark.parametrize("argv", [["--debug", "eval", "."], ["eval", ".", "--debug"]], ids=["before", "after"])
+def test_debug_shows_the_traceback_before_or_after_the_command(tmp_path, monkeypatch, capsys, argv):
+    from popeval import cli
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match="not a popeval run directory"):  # the traceback, not one line
+        cli.main(argv)
+    assert cli.main(["eval", "."]) == 2 and "Traceback" not in capsys.readouterr().err
 
 
-def test_evolve_help_lists_every_config_key(tmp_path):
+def test_evolve_without_a_config_uses_the_defaults_and_the_overrides(tmp_path, monkeypatch, capsys):
+    from popeval import cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WANDB_MODE", "disabled")  # as in a test's subprocess (`subprocess_env`)
+    code = cli.main(["evolve", "--env_name=Catch-bsuite", "--pop_size=8", "--num_rollouts=1", "--num_generations=2",
+                     "--hidden_sizes=[4]", "--eval_episodes=2", "--run_dir=r", "--quiet"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert json.loads(out)["generations"] == 2
+    config = json.loads((tmp_path / "r" / "config.json").read_text())
+    assert config["env_name"] == "Catch-bsuite" and config["pop_size"] == 8 and config["hidden_sizes"] == [4]
+    assert config["eval_every"] == 10  # a default
+
+
+def test_evolve_help_lists_every_config_key(capsys):
+    from popeval import cli
     from popeval.strategies import EvolveConfig
 
-    result = popeval("evolve", "--help", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
+    with pytest.raises(SystemExit) as done:
+        cli.main(["evolve", "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
     for key in EvolveConfig().to_dict():
-        assert f"  {key} (" in result.stdout, key
+        assert f"  {key} (" in out, key
 
 
-def test_bench_help_lists_its_options(tmp_path):
+def test_bench_help_lists_its_options(capsys):
     """`popeval bench` times popeval alone (`popeval.bench`; tests/test_bench.py runs it); the
     benchmark against the peers is `experiments/benchmark.py`, not part of the package."""
-    result = popeval("bench", "--help", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
+    from popeval import cli
+
+    with pytest.raises(SystemExit) as done:
+        cli.main(["bench", "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
     for flag in ("--env", "--pop_size", "--num_rollouts", "--num_env_steps", "--hidden", "--repeats", "--json"):
-        assert flag in result.stdout, flag
-    assert "--max-mem-mb" not in result.stdout and "gymnax" not in result.stdout
+        assert flag in out, flag
+    assert "--max-mem-mb" not in out and "gymnax" not in out

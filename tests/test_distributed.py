@@ -8,6 +8,8 @@ checkpoint, with another process count too.
 
 from __future__ import annotations
 
+import logging
+import os
 import signal
 import socket
 import subprocess
@@ -43,6 +45,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def main_in_process(argv: list[str], cwd: Path) -> int:
+    """`popeval ARGV` in this process (`main(argv)`), for faults that come before JAX joins a run."""
+    from popeval import cli
+
+    log = logging.getLogger("popeval")
+    level, here = log.level, os.getcwd()
+    os.chdir(cwd)
+    try:
+        return cli.main(argv)
+    finally:
+        os.chdir(here)
+        log.setLevel(level)  # a process_id other than 0 quietens popeval's log, as in its own process
+
+
 def ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
@@ -59,9 +75,10 @@ def test_two_processes_of_two_devices_equal_one_process_of_four(tmp_path):
     assert read_metrics(a, timing=False) == read_metrics(b, timing=False)
     assert (a / "checkpoint.msgpack").read_bytes() == (b / "checkpoint.msgpack").read_bytes()
     assert sorted(p.name for p in a.iterdir()) == sorted(p.name for p in b.iterdir())
-    # Process 0 speaks for the run; the others print nothing of popeval's (JAX's gloo line aside).
+    # Process 0 speaks for the run; the others print nothing of popeval's (Gloo's line aside).
     assert f"{processes * devices} device(s) in {processes} processes" in many.stderr
     assert f'"processes": {processes}' in many.stdout
+    assert "[Gloo]" not in many.stdout + many.stderr  # "Rank 0 is connected to 1 peer ranks. ..."
     others = (tmp_path / "logs" / "process-1.log").read_text()
     assert "run " not in others and "{" not in others, others
 
@@ -127,12 +144,29 @@ def test_a_killed_process_ends_the_run_and_it_resumes(tmp_path):
     assert sorted(p.name for p in a.iterdir()) == sorted(p.name for p in b.iterdir())
 
 
-def test_an_unreachable_coordinator_fails_in_bounded_time(tmp_path):
+def test_the_launcher_relays_process_0s_output_without_gloos_connection_line(capsys):
+    """Gloo prints "[Gloo] Rank 0 is connected to 1 peer ranks. Expected number of connected peer
+    ranks is : 1" from C++ (no setting silences it); a line saying a peer is missing stays."""
+    from popeval import launch as launcher
+
+    read, write = os.pipe()
+    gloo = b"[Gloo] Rank %d is connected to %d peer ranks. Expected number of connected peer ranks is : %d\n"
+    lines = [b"compiling\n", gloo % (0, 3, 3), gloo % (1, 0, 1), b'{"processes": 2}\n']
+    os.write(write, b"".join(lines))
+    os.close(write)
+    with os.fdopen(read, "rb") as stream:
+        launcher._relay(stream).join(30)
+    assert capsys.readouterr().out == "".join(line.decode() for i, line in enumerate(lines) if i != 1)
+
+
+def test_an_unreachable_coordinator_fails_in_bounded_time(tmp_path, capsys):
+    """In-process: a process other than 0 waits for the coordinator before JAX joins anything."""
     t0 = time.monotonic()
-    proc = popeval(["evolve", *ARGS, f"--coordinator_address=127.0.0.1:{free_port()}", "--num_processes=2",
-                    "--process_id=1", "--distributed_timeout=2"], tmp_path, devices=1, timeout=120)
-    assert proc.returncode == 2
-    assert "could not reach the coordinator" in proc.stderr, proc.stderr
+    code = main_in_process(["evolve", *ARGS, f"--coordinator_address=127.0.0.1:{free_port()}", "--num_processes=2",
+                            "--process_id=1", "--distributed_timeout=2"], tmp_path)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "could not reach the coordinator" in err, err
     assert time.monotonic() - t0 < 60
 
 
@@ -153,18 +187,24 @@ def test_a_missing_process_fails_in_bounded_time(tmp_path):
     (["--num_processes=2", "--process_id=0"], "needs coordinator_address, num_processes and process_id together"),
     (["--num_processes=2", "--process_id=0", "--coordinator_address=nohost"], "must be HOST:PORT"),
 ])
-def test_bad_process_flags_are_refused(tmp_path, flags, message):
-    proc = popeval(["evolve", *ARGS, *flags], tmp_path, devices=1, timeout=120)
-    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+def test_bad_process_flags_are_refused(tmp_path, capsys, flags, message):
+    """In-process: the flags are checked before JAX joins anything."""
+    # A timeout bounds the wait should a check go missing.
+    assert main_in_process(["evolve", *ARGS, "--distributed_timeout=2", *flags], tmp_path) == 2
+    err = capsys.readouterr().err
+    assert message in err.strip().splitlines()[-1] and "Traceback" not in err, err
+    assert not any(tmp_path.iterdir())
 
 
-def test_the_launcher_stops_every_process_when_one_fails(tmp_path):
-    """A bad config fails on every process; the launcher reports it and exits with its code."""
+def test_the_launcher_stops_every_process_when_one_fails(tmp_path, capsys):
+    """A bad config fails on every process; the launcher reports it and exits with its code.
+    Another command than evolve is refused before any process starts (in-process)."""
     proc = launch(2, 1, ARGS + ["--run_dir=run", "--pop_size=1"], tmp_path)
     assert proc.returncode == 2
     assert "pop_size must be >= 2" in proc.stderr and "failed (exit code 2)" in proc.stderr, proc.stderr
-    proc = popeval(["launch", "--processes=2", "--", "eval", "run"], tmp_path)
-    assert proc.returncode == 2 and "runs `popeval evolve ...`" in proc.stderr
+    capsys.readouterr()
+    assert main_in_process(["launch", "--processes=2", "--", "eval", "run"], tmp_path) == 2
+    assert "runs `popeval evolve ...`" in capsys.readouterr().err
 
 
 def test_initialize_outside_a_cluster_or_with_one_process_is_a_no_op(monkeypatch):

@@ -369,15 +369,18 @@ def test_run_options_and_lstm_sizes_are_checked():
 
 
 @pytest.mark.xdist_group("evolve-base-run")  # one worker where --dist loadgroup groups
-def test_resume_with_another_yaml_is_refused(base_run, tmp_path):
-    """`--resume RUN --config other.yaml` compares the YAML with the saved experiment."""
+def test_resume_with_another_yaml_is_refused(base_run, tmp_path, monkeypatch, capsys):
+    """`--resume RUN --config other.yaml` compares the YAML with the saved experiment (in-process:
+    `main(argv)`)."""
+    from popeval import cli
+
     other = tmp_path / "other.yaml"
     other.write_text(yaml.safe_dump({**TINY, "pop_size": 16}))
     before = snapshot(base_run["run_dir"])
-    proc = popeval_cli(["evolve", "--resume", str(base_run["run_dir"]), "--config", str(other), "--quiet"],
-                       tmp_path)
-    out, _ = proc.communicate(timeout=300)
-    assert proc.returncode == 2 and "differs in ['pop_size']" in out, out
+    monkeypatch.chdir(tmp_path)
+    code = cli.main(["evolve", "--resume", str(base_run["run_dir"]), "--config", str(other), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and "differs in ['pop_size']" in err, err
     assert snapshot(base_run["run_dir"]) == before
 
 

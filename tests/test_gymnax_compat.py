@@ -92,6 +92,7 @@ def is_discrete(env, params) -> bool:
 # ----------------------------------------------------------------------------- the module
 
 
+@pytest.mark.slow  # the same checks run in the default tier in tests/test_imports.py
 def test_popeval_imports_without_gymnax():
     """Importing popeval (and the wrapper module) loads neither gymnax nor gymnasium; the
     gymnax spaces are imported on their first use only."""

@@ -4,7 +4,7 @@ Shape-defining constructor arguments are checked with `check_int`.
 
 Every environment's `EnvParams` is a `params_dataclass`: a flax struct dataclass whose
 `replace` checks every field declared with `bounded(...)` (a number, or an array of numbers,
-in a range; NaN is always refused) or `flag(...)` (a bool), and then calls the class's
+in a range; NaN and infinities are always refused) or `flag(...)` (a bool), and then calls the class's
 `check_values()`, if any (cross-field rules). `make` builds the default params and
 `replace`s the overrides, so `make("CartPole-v1", masspole=-1.0)` and
 `params.replace(masspole=-1.0)` raise a `ValueError` naming the environment, the field and
@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-__all__ = ["bounded", "check_int", "check_params", "flag", "params_dataclass", "params_name"]
+__all__ = ["bounded", "check_default_params", "check_int", "check_params", "flag", "params_dataclass", "params_name"]
 
 
 def check_int(owner: str, name: str, value: Any, minimum: int) -> int:
@@ -38,6 +38,16 @@ def check_int(owner: str, name: str, value: Any, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"{owner}: {name} must be an integer >= {minimum}, got {value!r}")
     return int(value)
+
+
+def check_default_params(params: Any, owner: str) -> Any:
+    """Returns `params` when it is an instance of a dataclass (an `EnvParams`); otherwise
+    raises a TypeError naming `owner`: a dict or None has no fields to override or vmap."""
+    if not dataclasses.is_dataclass(params) or isinstance(params, type):
+        raise TypeError(f"{owner}: default_params must return an EnvParams instance (a flax struct dataclass, "
+                        f"e.g. `@struct.dataclass class MyParams(EnvParams)`), got {type(params).__name__} "
+                        f"{str(params)[:60]}")
+    return params
 
 
 def bounded(
@@ -50,7 +60,7 @@ def bounded(
 ):
     """An `EnvParams` field whose values must lie in `[low, high]` (`(low, high]` if `open_low`).
 
-    With the default bounds only NaN is refused. `default` may be left out for a required
+    With the default bounds only NaN and infinities are refused. `default` may be left out for a required
     (array) field, or replaced by `default_factory`.
     """
     return struct.field(
@@ -133,7 +143,8 @@ def _check_bounded(params: Any, f: dataclasses.Field, value: Any, leaves: list) 
     integer = _is_int_field(f)
     if integer:
         low, high = max(low, _INT32[0]), min(high, _INT32[1])
-    interval = f"{'(' if open_low else '['}{_number(low)}, {_number(high)}]"
+    opening, closing = "(" if open_low or math.isinf(low) else "[", ")" if math.isinf(high) else "]"
+    interval = f"{opening}{_number(low)}, {_number(high)}{closing}"
     kind = "an integer" if integer else "a number"
     for leaf in leaves:
         try:
@@ -146,10 +157,12 @@ def _check_bounded(params: Any, f: dataclasses.Field, value: Any, leaves: list) 
         if extremes is None:
             continue
         lo, hi, nan = extremes
-        if nan or not ((lo > low if open_low else lo >= low) and hi <= high):
+        wrong = "NaN" if nan else "infinite" if math.isinf(lo) or math.isinf(hi) else None
+        if wrong or not ((lo > low if open_low else lo >= low) and hi <= high):
+            expected = kind if integer else "finite values" if wrong == "infinite" else "values"
             raise ValueError(
-                f"{params_name(params)}: {f.name}={value!r} is "
-                f"{'NaN' if nan else 'out of range'}, expected {kind if integer else 'values'} in {interval}"
+                f"{params_name(params)}: {f.name}={value!r} is {wrong or 'out of range'}, "
+                f"expected {expected} in {interval}"
             )
         if integer and not _integral(leaf):
             raise ValueError(f"{params_name(params)}: {f.name}={value!r} must be an integer in {interval}")

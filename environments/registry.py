@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import inspect
+import unicodedata
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -19,6 +20,7 @@ from .bsuite import (
     SimpleBandit,
     UmbrellaChain,
 )
+from .checks import check_default_params
 from .classic_control import Acrobot, CartPole, MountainCar, MountainCarContinuous, Pendulum
 from .environment import Environment
 from .minatar import Asterix, Breakout, Freeway, Seaquest, SpaceInvaders
@@ -78,24 +80,41 @@ def register(env_id: str, factory: Callable[..., Environment]) -> None:
     """Registers a user-defined environment under `env_id`, for `make` and the CLI.
 
     Args:
-        env_id: a new id, e.g. `"MyTask-v0"`.
+        env_id: a new id, e.g. `"MyTask-v0"`: a safe name, without path separators, `..`,
+            whitespace or control characters (it names the default run directory).
         factory: a callable (usually the `Environment` subclass) that `make` calls once per
             call, with the keyword arguments it accepts (all of them if it takes `**kwargs`).
 
     Raises:
         TypeError: `env_id` is not a string, or `factory` is not callable.
-        ValueError: `env_id` is empty or already registered (ids are never replaced).
+        ValueError: `env_id` is empty, not a safe name, or already registered (ids are never
+            replaced).
     """
     if not isinstance(env_id, str):
         raise TypeError(f"register: an environment id must be a string, got {type(env_id).__name__} {env_id!r}")
     if not env_id.strip():
         raise ValueError("register: an environment id must not be empty")
+    unsafe = _unsafe(env_id)
+    if unsafe:
+        raise ValueError(f"register: {env_id!r} is not a safe environment id ({unsafe}); use letters, digits "
+                         "and - _ . as in 'MyTask-v0'")
     if env_id in REGISTRY:
         raise ValueError(f"{env_id!r} is already registered (to {REGISTRY[env_id]!r}); pick another id")
     if not callable(factory):
         raise TypeError(f"register({env_id!r}, factory): factory must be callable, got {factory!r}")
     REGISTRY[env_id] = factory
     registered_envs.append(env_id)
+
+
+def _unsafe(env_id: str) -> str | None:
+    """What makes `env_id` unsafe as a file name (`runs/<id>-...`) or on a command line, or None."""
+    if "/" in env_id or "\\" in env_id:
+        return "a path separator"
+    if ".." in env_id:
+        return "'..'"
+    if any(c.isspace() or unicodedata.category(c).startswith("C") for c in env_id):
+        return "whitespace or a control character"
+    return None
 
 
 def close_matches(name: str, choices: Iterable[str], n: int = 1, cutoff: float = 0.6) -> list[str]:
@@ -149,7 +168,7 @@ def make(env_id: str, compat: str | None = None, **kwargs: Any) -> tuple[Environ
         kwargs = {**preset.env_kwargs, **preset.params, **kwargs}
     named, takes_any = _factory_arguments(REGISTRY[env_id])
     env = _build(env_id, REGISTRY[env_id], kwargs if takes_any else {k: v for k, v in kwargs.items() if k in named})
-    params = env.default_params
+    params = check_default_params(env.default_params, env_id)
     param_fields = {f.name for f in dataclasses.fields(params)}
     unknown = [] if takes_any else sorted(set(kwargs) - named - param_fields)
     if unknown:

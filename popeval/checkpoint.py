@@ -4,15 +4,17 @@ No pickles: a checkpoint restores into a template pytree built by a fresh run wi
 config, so it is portable across machines and JAX versions that keep the same structure.
 
 `checkpoint.msgpack` is the one commit point: it holds the state, the progress counters a
-resumption needs (`generation`, `env_steps`), the caller's SHA-256 of the experiment that made
-it (`config_sha256`, when given) and a SHA-256 of all that, so its bytes depend on the
-computation alone, a corrupted file is refused with an error naming it, and a process
-killed between writing it and `checkpoint.json` (the rest of the metadata: wall time, when the
-target was reached, the W&B id) still resumes from consistent counters (the rest is then one
-checkpoint old). Every write goes to a temporary file that is renamed into place, or removed
-when the write fails: a full disk leaves the previous checkpoint and no litter. Checkpoints
-of earlier versions (the state alone, or state and counters without a checksum or an
-experiment hash) still load.
+resumption needs (`generation`, `env_steps`, and the generation that reached the run's target,
+when one did), the caller's SHA-256 of the experiment that made it (`config_sha256`, when
+given) and a SHA-256 of all that, so its bytes depend on the computation alone, a corrupted
+file is refused with an error naming it, and a process killed between writing it and
+`checkpoint.json` (the rest of the metadata: wall time, the seconds at which the target was
+reached, the W&B id) still resumes from consistent counters (the rest is then one checkpoint
+old). Counters out of range, and a checkpoint of a later format, are refused by name. Every
+write goes to a temporary file that is renamed into place, or removed when the write fails: a
+full disk leaves the previous checkpoint and no litter. Checkpoints of earlier versions (the
+state alone, or state and counters without a checksum, an experiment hash or the target's
+generation) still load.
 
 `atomic_write` is the one way popeval replaces a file in a run directory: it never writes
 through a symbolic link (a link planted at the file or its temporary is replaced, not
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import stat
 from pathlib import Path
@@ -36,7 +39,7 @@ from flax import serialization
 from popeval import keys
 
 __all__ = ["save", "load", "read", "load_meta", "load_state_dict", "exists", "atomic_write", "open_append",
-           "CheckpointError", "CHECKPOINT", "META", "PROGRESS", "CONFIG_SHA256"]
+           "CheckpointError", "CHECKPOINT", "META", "PROGRESS", "CONFIG_SHA256", "SOLVED_GENERATION"]
 
 CHECKPOINT = "checkpoint.msgpack"
 META = "checkpoint.json"
@@ -46,6 +49,9 @@ PROGRESS = ("generation", "env_steps")
 #: The metadata field holding a SHA-256 of the experiment that made the checkpoint (the caller
 #: computes it); stored inside `checkpoint.msgpack` too, when present.
 CONFIG_SHA256 = "config_sha256"
+#: The progress field (inside `checkpoint.msgpack` only) holding the generation of the metadata's
+#: `solved_at`: a kill before `checkpoint.json` is written must not lose that the target was reached.
+SOLVED_GENERATION = "solved_generation"
 
 
 class CheckpointError(ValueError):
@@ -102,6 +108,8 @@ def save(run_dir: str | os.PathLike, state: Any, meta: dict) -> None:
     progress = {k: int(meta[k]) for k in PROGRESS}
     if meta.get(CONFIG_SHA256) is not None:
         progress[CONFIG_SHA256] = str(meta[CONFIG_SHA256])
+    if meta.get("solved_at") is not None:
+        progress[SOLVED_GENERATION] = int(meta["solved_at"]["generation"])
     payload = serialization.msgpack_serialize(
         {"state": serialization.to_state_dict(_to_numpy(state)), "progress": progress})
     wrapped = {"format": _FORMAT, "sha256": hashlib.sha256(payload).hexdigest(), "payload": payload}
@@ -136,6 +144,7 @@ def read(run_dir: str | os.PathLike) -> tuple[Any, dict]:
         raw = serialization.msgpack_restore(path.read_bytes())
     except Exception as e:  # noqa: BLE001 - msgpack raises many kinds on damaged input
         raise CheckpointError(f"{path}: not a readable checkpoint ({type(e).__name__}: {e})") from None
+    _check_format(raw, path)
     if isinstance(raw, dict) and raw.get("format") == _FORMAT:
         payload = raw.get("payload")
         if not isinstance(payload, bytes) or hashlib.sha256(payload).hexdigest() != raw.get("sha256"):
@@ -149,11 +158,48 @@ def read(run_dir: str | os.PathLike) -> tuple[Any, dict]:
         raise CheckpointError(f"{run_dir / META}: unreadable checkpoint metadata ({e})") from None
     _check_meta(meta, run_dir / META)
     if isinstance(raw, dict) and set(raw) == {"state", "progress"}:
-        meta.update({k: (v if k == CONFIG_SHA256 else int(v)) for k, v in raw["progress"].items()})
+        meta.update(_progress(raw["progress"], path, meta.get("solved_at")))
         return raw["state"], meta
     if "generation" not in meta:
         raise CheckpointError(f"{run_dir / META}: missing (a checkpoint of the first format needs it)")
     return raw, meta  # the first layout: the state alone
+
+
+def _check_format(raw: Any, path: Path) -> None:
+    """Refuses a checkpoint of a later format than this popeval writes (it cannot know its layout)."""
+    made = raw.get("format") if isinstance(raw, dict) and "payload" in raw else None
+    if isinstance(made, int) and not isinstance(made, bool) and made > _FORMAT:
+        raise CheckpointError(f"{path}: made by a newer popeval (checkpoint format {made}; this popeval reads "
+                              f"formats up to {_FORMAT}); upgrade popeval to load it")
+
+
+def _progress(progress: Any, path: Path, solved_at: dict | None) -> dict:
+    """The checksummed counters as metadata fields, each range-checked. Where `checkpoint.json`
+    is one checkpoint behind and missed the generation that reached the target, `solved_at`
+    gets it back, without the seconds (wall time, which only `checkpoint.json` holds)."""
+    if not isinstance(progress, dict):
+        raise CheckpointError(f"{path}: progress must be a map, got {type(progress).__name__}")
+    out = {k: _count(progress.get(k), f"progress.{k}", path) for k in PROGRESS}
+    if CONFIG_SHA256 in progress:
+        made_by = progress[CONFIG_SHA256]
+        if not isinstance(made_by, str):
+            raise CheckpointError(f"{path}: progress.{CONFIG_SHA256} must be a string, got {made_by!r:.60}")
+        out[CONFIG_SHA256] = made_by
+    if progress.get(SOLVED_GENERATION) is not None:
+        solved = _count(progress[SOLVED_GENERATION], f"progress.{SOLVED_GENERATION}", path, low=1,
+                        high=out["generation"])
+        if (solved_at or {}).get("generation") != solved:
+            out["solved_at"] = {"generation": solved, "seconds": None}
+    return out
+
+
+def _count(value: Any, field: str, path: Path, low: int = 0, high: int | None = None) -> int:
+    """`value` as a counter from `low` to `high` (no bound: None), or an error naming `field`."""
+    ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+    if not ok or value < low or (high is not None and value > high):
+        bound = f">= {low}" if high is None else f"from {low} to {high}"
+        raise CheckpointError(f"{path}: {field} must be an integer {bound}, got {value!r:.60}")
+    return int(value)
 
 
 def _restore_payload(payload: bytes, path: Path) -> Any:
@@ -172,7 +218,12 @@ _META_TYPES = {
     "wandb_id": ((str, type(None)), "a string or null"),
     "solved_at": ((dict, type(None)), "an object or null"),
     CONFIG_SHA256: ((str, type(None)), "a string or null"),
+    "experiment": ((dict, type(None)), "an object or null"),
 }
+
+
+#: `checkpoint.json`'s counters, which are never negative.
+_NON_NEGATIVE = ("generation", "env_steps", "elapsed_seconds")
 
 
 def _check_meta(meta: Any, path: Path) -> None:
@@ -183,6 +234,10 @@ def _check_meta(meta: Any, path: Path) -> None:
         value = meta.get(key)
         if key in meta and (isinstance(value, bool) or not isinstance(value, types)):
             raise CheckpointError(f"{path}: {key} must be {words}, got {value!r:.60}")
+        if key in _NON_NEGATIVE and value is not None and not 0 <= value < math.inf:
+            raise CheckpointError(f"{path}: {key} must be >= 0 (and finite), got {value!r:.60}")
+    if meta.get("solved_at") is not None:
+        _count(meta["solved_at"].get("generation"), "solved_at.generation", path, low=1)
 
 
 def load_meta(run_dir: str | os.PathLike) -> dict:

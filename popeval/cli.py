@@ -13,8 +13,9 @@
 This is the application layer, and the only place that changes process-wide state: it keeps
 compiled programs in a persistent cache (`POPEVAL_CACHE_DIR`, see
 `_use_compilation_cache`), silences W&B's console output (`WANDB_SILENT`, unless set) and the
-INFO lines of JAX and matplotlib (`_QUIET_LOGGERS`), and skips the interpreter's teardown
-(`run`). It imports `popeval.strategies` lazily.
+INFO lines of JAX and matplotlib (`_QUIET_LOGGERS`), makes SIGTERM stop a command as Ctrl-C
+does (`popeval.signals`, from `run`; JAX's preemption service off) and skips the interpreter's
+teardown (`run`). It imports `popeval.strategies` lazily.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import signal
 import sys
 import threading
 from pathlib import Path
+
+from popeval import signals
 
 __all__ = ["main"]
 
@@ -135,14 +138,22 @@ _QUIET_LOGGERS = ("jax", "jaxlib", "matplotlib", "absl")
 
 def main(argv: list[str] | None = None) -> int:
     """Runs one `popeval` command; returns its exit code. Ctrl-C, also while JAX is still being
-    imported, ends it with one line (exit code 130)."""
+    imported, ends it with one line (exit code 130; SIGTERM as well, 143: `popeval.signals`)."""
     argv = sys.argv[1:] if argv is None else argv
     try:
         return _main(argv)
     except KeyboardInterrupt as e:
-        command = next((a for a in argv if a in _COMMANDS or a == "launch"), None)
-        print(f"popeval{f' {command}' if command else ''}: {_interrupted(e)}", file=sys.stderr)
-        return 130
+        text = _interrupted(e)
+        if signals.received() == signal.SIGTERM:
+            text = text.replace("interrupted", "interrupted by SIGTERM", 1)
+        print(f"{_prefix(argv)}: {text}", file=sys.stderr)
+        return 128 + (signals.received() or signal.SIGINT)
+
+
+def _prefix(argv: list[str]) -> str:
+    """`popeval COMMAND`, what the command's one-line messages start with."""
+    command = next((a for a in argv if a in _COMMANDS or a == "launch"), None)
+    return f"popeval{f' {command}' if command else ''}"
 
 
 def _interrupted(e: KeyboardInterrupt) -> str:
@@ -165,6 +176,7 @@ def _main(argv: list[str]) -> int:
     if argv[:1] == ["launch"]:  # no JAX in the launcher: its processes run their own
         from popeval import launch
 
+        signals.now_writing()  # a signal raises KeyboardInterrupt, which the launcher forwards
         return launch.main(argv[1:])
     parser = _parser("-h" in argv or "--help" in argv)
     own, config_keys = _split_config_keys(parser, argv)
@@ -219,7 +231,8 @@ def _one_line(e: BaseException) -> str:
         return f"{e.strerror}{where}"
     text = " ".join(str(e).split())
     if isinstance(e, MemoryError) or "RESOURCE_EXHAUSTED" in text or "Out of memory" in text:
-        return f"out of memory{f' ({text[:300]})' if text else ''}; try a smaller pop_size or num_rollouts"
+        return (f"out of memory{f' ({text[:300]})' if text else ''}; try a smaller pop_size or num_rollouts, "
+                "or a smaller policy (hidden_sizes, conv_channels)")
     if not text:  # `raise SomeError()`: its name is all there is to say
         return f"{type(e).__name__}, without a message (--debug shows the traceback)"
     if isinstance(e, (ValueError, TypeError, FileNotFoundError, FileExistsError, KeyError)):
@@ -236,6 +249,7 @@ def run() -> None:
     (experiments/README.md, "Process exit"). A process of a multi-process run that fails exits at once, without
     JAX's shutdown barrier (which would wait for the others), so the others fail fast too.
     """
+    signals.install(_prefix(sys.argv[1:]))  # before JAX is imported
     code = main()
     if code == 0 and "jax" in sys.modules:
         from popeval import distributed
@@ -244,8 +258,8 @@ def run() -> None:
             distributed.finish()  # a multi-process run: wait for the others (process 0 hosts the coordinator)
         except KeyboardInterrupt:
             print("popeval: interrupted while waiting for the run's other processes to finish", file=sys.stderr)
-            code = 130
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the last line is said; what is left is bounded
+            code = 128 + (signals.received() or signal.SIGINT)
+    signals.uninstall()  # the last line is said; what is left is bounded
     if "wandb" in sys.modules:
         _teardown_wandb()  # bounded; skipped when a W&B run's close gave up already
     logging.shutdown()
@@ -298,8 +312,13 @@ def _use_compilation_cache() -> str | None:
 
 
 def _evolve(args, extra) -> int:
+    import jax
+
     from popeval import distributed
 
+    # SIGTERM stops a run as Ctrl-C does (`popeval.signals`); JAX's preemption service, which a
+    # multi-process run would start, catches SIGTERM and lets the run carry on.
+    jax.config.update("jax_enable_preemption_service", False)
     # Before anything starts a JAX backend (importing the strategies does).
     joined = distributed.initialize(args.coordinator_address, args.num_processes, args.process_id,
                                     timeout=args.distributed_timeout, heartbeat=args.distributed_heartbeat)
@@ -322,6 +341,7 @@ def _evolve(args, extra) -> int:
     else:
         raise ValueError("evolve needs --config FILE and/or --key=value settings (or --resume RUN_DIR); "
                          "see popeval evolve --help")
+    signals.now_writing()  # the run saves its last generation and releases its directory
     summary = evolve(config, options)
     if distributed.process_index() == 0:
         print(json.dumps(summary, indent=2))
@@ -395,6 +415,7 @@ def _run_episodes(args, extra):
 def _export(args, extra) -> int:
     from popeval.strategies.run_dir import export_policy
 
+    signals.now_writing()
     print(export_policy(args.run_dir, args.out_dir, force=args.force))
     return 0
 
@@ -412,6 +433,7 @@ def _bench(args, extra) -> int:
     result = bench.bench(args.env, args.pop_size, args.num_rollouts, args.num_env_steps, args.hidden, args.repeats)
     print(bench.format_result(result))
     if args.json:
+        signals.now_writing()
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     return 0
@@ -439,6 +461,7 @@ def _render(args, extra) -> int:
     run, params, obs_stats, which = load_policy(args.run_dir, args.which, extra)
     log.info("drawing the %s policy of %s", which, args.run_dir)
     frames = visualize.render_policy(run.manager, params, obs_stats=obs_stats, seed=args.seed)
+    signals.now_writing()
     visualize.save_gif(frames, out)
     print(out)
     return 0

@@ -33,7 +33,7 @@ import jax.numpy as jnp
 from popeval import keys as keys_lib
 from popeval import low_rank, normalization
 
-__all__ = ["Carry", "Episode", "reset_env"]
+__all__ = ["Carry", "Episode", "reset_env", "check_env"]
 
 
 class Carry(NamedTuple):
@@ -52,6 +52,64 @@ def reset_env(env: Any, key: jax.Array, env_params: Any) -> tuple[Any, Any]:
     """`(obs, state)` of `env`'s raw reset (`reset_env`, or `reset` for other suites)."""
     reset = getattr(env, "reset_env", None) or env.reset
     return reset(key, env_params)
+
+
+def step_env(env: Any, key: jax.Array, state: Any, action: Any, env_params: Any) -> tuple[Any, Any, Any, Any]:
+    """`(obs, state, reward, done)` of `env`'s raw transition (`step_env`, or `step` for other
+    suites; 5- or 6-tuple steps such as gymnax 1.x's), as the environment returns them."""
+    step = getattr(env, "step_env", None) or env.step
+    out = step(key, state, action, env_params)
+    if len(out) == 6:  # gymnax >= 1.0: (obs, state, reward, terminated, truncated, info)
+        obs, state, reward, terminated, truncated, _ = out
+        return obs, state, reward, jnp.logical_or(terminated, truncated)
+    obs, state, reward, done, _ = out
+    return obs, state, reward, done
+
+
+def _spec(x: Any) -> str:
+    return f"{x.dtype} {tuple(x.shape)}" if hasattr(x, "shape") else type(x).__name__
+
+
+def _field_differences(step: Any, reset: Any, what: str) -> list[str]:
+    """Where `step_env`'s output `what` (an observation or a state) differs from `reset_env`'s
+    in structure, shape or dtype, one line per field."""
+    path = lambda p: what + jax.tree_util.keystr(p)  # noqa: E731
+    steps, step_tree = jax.tree_util.tree_flatten_with_path(step)
+    resets, reset_tree = jax.tree_util.tree_flatten_with_path(reset)
+    if reset_tree != step_tree:
+        return [f"step_env returns a {what} of another structure than reset_env's ({step_tree} vs {reset_tree})"]
+    return [f"step_env returns {path(p)} as {_spec(a)}, reset_env as {_spec(b)}"
+            for (p, a), (_, b) in zip(steps, resets)
+            if (tuple(a.shape), a.dtype) != (tuple(b.shape), b.dtype)]  # a PRNG key's dtype too
+
+
+def check_env(env: Any, env_params: Any, env_name: str) -> None:
+    """Refuses, in one line naming the method and the field, an environment whose reset and step
+    disagree (observation or state of another shape or dtype), whose reset observation does not
+    have its observation space's shape, or whose reward or done is not a scalar: what would
+    otherwise fail deep inside a compiled episode. Traces once (`jax.eval_shape`), runs nothing.
+
+    Raises:
+        ValueError naming `env_name`, the method and the field.
+    """
+    key = jax.random.key(0)
+    obs, state = jax.eval_shape(partial(reset_env, env), key, env_params)
+    space = env.observation_space(env_params)
+    problems = []
+    if hasattr(obs, "shape") and isinstance(getattr(space, "shape", None), tuple) and obs.shape != space.shape:
+        problems.append(f"reset_env returns an observation of shape {tuple(obs.shape)}, but observation_space "
+                        f"has shape {space.shape}")
+    try:
+        action = jax.eval_shape(env.action_space(env_params).sample, key)
+    except (NotImplementedError, AttributeError):  # no action space (gymnax allows it): nothing to step with
+        action = None
+    if action is not None:
+        obs1, state1, reward, done = jax.eval_shape(partial(step_env, env), key, state, action, env_params)
+        problems += [f"step_env returns a {name} of shape {tuple(x.shape)}, expected a scalar ()"
+                     for name, x in (("reward", reward), ("done", done)) if jnp.shape(x) != ()]
+        problems += _field_differences(obs1, obs, "observation") + _field_differences(state1, state, "state")
+    if problems:
+        raise ValueError(f"{env_name}: " + "; ".join(problems[:4]) + ("; ..." if len(problems) > 4 else ""))
 
 
 def _is_discrete(space: Any) -> bool:
@@ -91,13 +149,7 @@ class Episode:
 
     def env_step(self, key, state, action, env_params):
         """`(obs, state, reward float32, done bool)` of the raw transition."""
-        step = getattr(self.env, "step_env", None) or self.env.step
-        out = step(key, state, action, env_params)
-        if len(out) == 6:  # gymnax >= 1.0: (obs, state, reward, terminated, truncated, info)
-            obs, state, reward, terminated, truncated, _ = out
-            done = jnp.logical_or(terminated, truncated)
-        else:
-            obs, state, reward, done, _ = out
+        obs, state, reward, done = step_env(self.env, key, state, action, env_params)
         # popeval's step_env already applies the time limit; this makes external
         # environments whose raw step does not (some gymnax versions) honour it as well.
         time = getattr(state, "time", None)

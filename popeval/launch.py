@@ -8,8 +8,9 @@ starts `popeval evolve ... --coordinator_address=127.0.0.1:PORT --num_processes=
 Gloo's "[Gloo] Rank 0 is connected to N peer ranks" line: see `_relay`); the others'
 goes to `process-I.log` files (in `--log_dir`, default a new temporary directory), shown in
 part when a process fails. When one process fails, the launcher stops the others and exits
-with its code; Ctrl-C stops them all. It is for tests and demos of multi-process runs on one
-machine; on a cluster, the scheduler (SLURM, Open MPI) starts the processes.
+with its code; Ctrl-C or SIGTERM stops them all (each saves what it has, as after Ctrl-C). It is
+for tests and demos of multi-process runs on one machine; on a cluster, the scheduler (SLURM,
+Open MPI) starts the processes.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+from popeval import signals
 
 __all__ = ["launch", "main"]
 
@@ -87,14 +90,18 @@ def _tail(path: Path, lines: int = 20) -> str:
 
 
 def _stop(children: list[subprocess.Popen], sig: int = signal.SIGTERM) -> None:
+    """Sends `sig` to the children still running, and kills those still running
+    `GRACE_SECONDS` later."""
     for child in children:
         if child.poll() is None:
             child.send_signal(sig)
     deadline = time.monotonic() + GRACE_SECONDS
-    for child in children:
+    for i, child in enumerate(children):
         try:
             child.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
+            print(f"popeval launch: process {i} did not stop within {GRACE_SECONDS:g} s; killing it",
+                  file=sys.stderr, flush=True)
             child.kill()
             child.wait()
 
@@ -136,9 +143,11 @@ def launch(command: list[str], processes: int, *, devices_per_process: int | Non
             if i == 0:
                 relays.append(_relay(children[0].stdout))
         return _wait(children, logs)
-    except KeyboardInterrupt:
-        _stop(children, signal.SIGINT)
-        return 130
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (`popeval.signals`): every process saves and stops
+        # SIGTERM, also for Ctrl-C: the processes may have had the terminal's SIGINT already, and a
+        # second SIGINT would stop them at once, while a repeated SIGTERM asks for nothing more.
+        _stop(children, signal.SIGTERM)
+        return 128 + (signals.received() or signal.SIGINT)
     finally:
         _stop(children, signal.SIGKILL)
         for relay in relays:

@@ -43,8 +43,8 @@ import numpy as np
 from popeval import compiler, layouts, low_rank, normalization, sharding
 from popeval import keys as keys_lib
 from popeval.environments import make
-from popeval.environments.checks import check_params
-from popeval.episode import Episode, reset_env
+from popeval.environments.checks import check_default_params, check_params
+from popeval.episode import Episode, check_env, reset_env
 
 __all__ = ["RolloutWrapper", "FitnessResult"]
 
@@ -109,7 +109,8 @@ def _environment(env_name: str, env_kwargs: dict | None, env: Any) -> tuple[Any,
         return env, env_name, default_params
     if env_kwargs:
         raise ValueError("env_kwargs cannot be used together with env=")
-    return env, getattr(env, "name", type(env).__name__), env.default_params
+    name = getattr(env, "name", type(env).__name__)
+    return env, name, check_default_params(env.default_params, name)
 
 
 def _num_env_steps(num_env_steps: int | None, env: Any, env_name: str, env_params: Any) -> int:
@@ -201,6 +202,7 @@ class RolloutWrapper:
         self.layout = layouts.for_platform(self.devices[0].platform)
         self.num_env_steps = _num_env_steps(num_env_steps, env, env_name, self.env_params)
 
+        check_env(env, self.default_env_params, env_name)  # a custom environment's mistakes, in one line
         obs, _ = jax.eval_shape(partial(reset_env, env), jax.random.key(0), self.default_env_params)
         self.obs_shape = tuple(obs.shape)
         self._param_spec: dict = {}  # {"spec": the policy's parameter shapes}, once `_policy_spec` knows them

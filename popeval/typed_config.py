@@ -31,8 +31,9 @@ from popeval.environments.registry import did_you_mean
 
 __all__ = ["check_types", "parse_overrides", "join_values", "takes_value", "from_mapping", "load"]
 
-#: A number in exponent notation without a dot (`1e-4`, `3E5`), which YAML 1.1 leaves a string.
-_YAML11_FLOAT = re.compile(r"[-+]?[0-9]+[eE][-+]?[0-9]+")
+#: A number in exponent notation (`1e-3`, `3E5`, `1.0e3`, `.5e1`): a float by YAML 1.2's rule, a string
+#: by YAML 1.1's (PyYAML's), which wants a dot and a signed exponent.
+_EXPONENT_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)[eE][-+]?[0-9]+")
 #: A negative number on a command line (`-5`, `-0.5`, `-.5`, `-1e-3`, `-.inf`): a value, not an option.
 _NEGATIVE_NUMBER = re.compile(r"-([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?|-\.?inf", re.IGNORECASE)
 
@@ -43,7 +44,8 @@ class _DuplicateKey(yaml.YAMLError):
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing a mapping that repeats a key (PyYAML keeps the last)."""
+    """PyYAML's safe loader, refusing a mapping that repeats a key (PyYAML keeps the last), and
+    reading numbers in exponent notation as floats at any depth (`{learning_rate: 1e-3}`)."""
 
     def construct_mapping(self, node, deep=False):
         seen = set()
@@ -55,6 +57,9 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                 raise _DuplicateKey(key, key_node.start_mark.line + 1)
             seen.add(key)
         return super().construct_mapping(node, deep)
+
+
+_UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT_FLOAT, list("-+.0123456789"))
 
 
 def _safe_load(text: str, where: str, what: str = "readable YAML") -> Any:
@@ -91,8 +96,6 @@ def _coerce(cls: type, name: str, value: Any) -> Any:
             return value
         if t is float and isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
-        if t is float and isinstance(value, str) and _YAML11_FLOAT.fullmatch(value.strip()):
-            return float(value)  # YAML 1.1 reads `1e-4` (no dot) as a string
         if t is tuple and isinstance(value, (list, tuple)):
             return tuple(value)
         if t is not type(None) and isinstance(value, t) and not (t is int and isinstance(value, bool)):

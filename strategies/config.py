@@ -85,17 +85,24 @@ class EvolveConfig:
             raise ValueError(f"pop_size must be >= 2, got {self.pop_size}")
         if self.num_rollouts < 1 or self.num_generations < 1:
             raise ValueError("num_rollouts and num_generations must be >= 1")
-        _check_choice("policy", self.policy, POLICIES)
-        _check_choice("head", self.head, HEADS)
-        _check_choice("conv_pool", self.conv_pool, POOLS)
+        self._check_policy()
         if self.target is not None and not math.isfinite(self.target):
             raise ValueError(f"target must be a finite number or null, got {self.target}")
         if self.action_std is not None and not self.action_std > 0:
             raise ValueError(f"action_std must be > 0 or null (learned), got {self.action_std}")
-        if self.policy == "lstm" and len(self.hidden_sizes) != 1:
-            raise ValueError(f"an LSTM policy has one hidden size (hidden_sizes: [n]), got {list(self.hidden_sizes)}")
         if self.eval_every < 1 or self.checkpoint_every < 1 or self.eval_episodes < 1:
             raise ValueError("eval_every, checkpoint_every and eval_episodes must be >= 1")
+
+    def _check_policy(self) -> None:
+        """The policy's settings: known names, and none that its kind does not use."""
+        _check_choice("policy", self.policy, POLICIES)
+        _check_choice("head", self.head, HEADS)
+        _check_choice("conv_pool", self.conv_pool, POOLS)
+        if self.policy == "lstm" and len(self.hidden_sizes) != 1:
+            raise ValueError(f"an LSTM policy has one hidden size (hidden_sizes: [n]), got {list(self.hidden_sizes)}")
+        if self.conv_pool != "none" and self.policy != "cnn":
+            raise ValueError(f"conv_pool: {self.conv_pool} pools a CNN's convolutions, and policy is {self.policy!r} "
+                             "(set policy: cnn, or leave conv_pool out)")
 
     def to_dict(self) -> dict:
         """The JSON-able form saved as a run's `config.json`."""
@@ -115,7 +122,7 @@ FIELD_HELP = {
     "hidden_sizes": "hidden layer sizes of the MLP (a CNN's after its convolutions), or [n] for an LSTM of n units",
     "activation": "the MLP's hidden activation (tanh, relu, elu, gelu, sigmoid, silu, leaky_relu)",
     "conv_channels": "a CNN policy's convolution channels, one entry per layer",
-    "conv_pool": "none (flatten the convolutions' output) or max (each channel's maximum over the image)",
+    "conv_pool": "none (flatten the convolutions' output) or max (each channel's maximum over the image; policy: cnn)",
     "conv_kernel": "a CNN policy's kernel (height, width), e.g. [3, 10] for whole rows of a 10-wide image",
     "head": ("greedy (argmax of logits; tanh to a Box's bounds) or sampled (categorical; Gaussian around the "
              "tanh mean), drawn from the episode's policy keys"),
@@ -160,8 +167,8 @@ class RunOptions:
     """How one run is run; none of it changes the results.
 
     Args:
-        run_dir: the run directory (default `runs/<env>-<strategy>-seed<seed>-<time>`);
-            must be empty or absent.
+        run_dir: the run directory (default `runs/<env>-<strategy>-seed<seed>-<time>`, an id's
+            `/` written as `-`); must be empty or absent.
         resume: a run directory to continue from its last checkpoint (its saved config is
             the experiment; `num_generations` may be raised to extend it).
         wandb: `auto` (online with an API key configured, else offline), `offline`,

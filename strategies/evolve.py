@@ -17,8 +17,9 @@ the state, one helper traces and compiles the generation program from shapes; th
 starts the sinks (W&B's service, matplotlib's import) and then, once the generation program is
 traced (tracing is Python: one thread at a time), compiles the evaluation program. XLA
 compiles on every core, so on a small machine the overlap mainly hides Python and waiting.
-The helpers are joined before `evolve` returns or raises; after Ctrl-C only the sinks' start
-is, and a compilation is left to end with the process, so Ctrl-C stops a run at once.
+The helpers are joined before `evolve` returns or raises; after Ctrl-C neither is: a compilation,
+and a sink still starting (no further one starts), are left to end with the process, and the
+sinks that started are closed, so Ctrl-C stops a run at once.
 """
 
 from __future__ import annotations
@@ -60,10 +61,16 @@ def default_sinks(options: RunOptions) -> list[Sink]:
 
 
 class _Startup:
-    """The two helper threads of a run's start-up (see the module docstring)."""
+    """The two helper threads of a run's start-up (see the module docstring). Made first and
+    started then, so that the run can close it whenever Ctrl-C comes."""
 
-    def __init__(self, step, evaluate, spec, seed, sinks: Sequence[Sink], info: RunInfo):
+    def __init__(self):
         self._pool = ThreadPoolExecutor(2, thread_name_prefix="popeval-startup")
+        self._guard = threading.Lock()
+        self._abandoned = False  # Ctrl-C: no further sink starts
+        self._starting: Sink | None = None  # the sink whose start runs now
+
+    def start(self, step, evaluate, spec, seed, sinks: Sequence[Sink], info: RunInfo) -> None:
         traced = threading.Event()
 
         def compile_generation():
@@ -75,7 +82,12 @@ class _Startup:
 
         def start_sinks():
             for sink in sinks:
+                with self._guard:
+                    if self._abandoned:
+                        return
+                    self._starting = sink
                 sink.start(info)
+                self._starting = None
 
         def compile_evaluation():
             traced.wait()
@@ -97,24 +109,26 @@ class _Startup:
         """The compiled evaluation program."""
         return _result(self._evaluation)
 
-    def close(self, interrupted: bool = False) -> None:
-        """Joins the helper threads; after Ctrl-C only the sinks' start (closing a sink that is
-        still starting is unsafe), not the compilation, which ends with the process."""
+    def close(self, interrupted: bool = False) -> Sink | None:
+        """Joins the helper threads; after Ctrl-C neither the compilation nor the sinks' start
+        (both end with the process): returns the sink still starting, which must not be closed."""
         self._pool.shutdown(wait=not interrupted, cancel_futures=True)
-        if interrupted and not self._sinks.cancelled():
-            _result(self._sinks, raising=False)
+        with self._guard:
+            self._abandoned = True
+            return self._starting if interrupted else None
 
 
-def _result(future: Future, raising: bool = True):
+def _result(future: Future):
     """`future.result()`, waking every 0.1 s: Ctrl-C reaches a process on any of its threads,
     and only a main thread that wakes runs Python's handler, which raises KeyboardInterrupt."""
     while not futures.wait([future], timeout=0.1).done:
         pass
-    return future.result() if raising else None
+    return future.result()
 
 
 class RunInterrupted(KeyboardInterrupt):
-    """Ctrl-C stopped a run; its state up to `generation` is saved in `run_dir`."""
+    """Ctrl-C (or, under the `popeval` command, SIGTERM) stopped a run; its state up to
+    `generation` is saved in `run_dir`."""
 
     def __init__(self, run_dir: Path, generation: int):
         saved = f"; saved generation {generation}" if generation else " before the first generation (nothing to save)"
@@ -135,9 +149,10 @@ def evolve(config: EvolveConfig | None = None, options: RunOptions | None = None
 
     A resumed run that is complete (all its generations run, or its target reached with
     `stop_at_target`) changes nothing and returns its summary, unless `num_generations` was
-    raised. When the strategy state becomes non-finite (a diverging strategy), the run stops
-    before that generation: the last checkpoint holds the last finite state, and the summary
-    says why it stopped (`stopped`).
+    raised; one stopped before writing its `result.json` runs only its final evaluation. When
+    the strategy state becomes non-finite (a diverging strategy), the run stops before that
+    generation: the last checkpoint holds the last finite state, and the summary says why it
+    stopped (`stopped`).
     """
     t_start = time.perf_counter()
     options = RunOptions() if options is None else options
@@ -155,7 +170,9 @@ def evolve(config: EvolveConfig | None = None, options: RunOptions | None = None
         _run_generations(ctx)
         if ctx.gen > ctx.start_gen:
             state = ctx.step.first(ctx.stacked)
-        returns = _final_evaluation(ctx, state) if ctx.final_returns is None else ctx.final_returns
+        if ctx.final_returns is None:  # a resumed run that had run its generations (or reached its target)
+            ctx.final_returns = _final_evaluation(ctx, state)
+        returns = ctx.final_returns
     except KeyboardInterrupt:
         raise RunInterrupted(ctx.run_dir, ctx.gen) from None
     except Exception as e:
@@ -184,6 +201,7 @@ class _RunContext:
         self.sinks: list[Sink] = (default_sinks(options) if sinks is None else list(sinks)) if primary else []
         self.startup: _Startup | None = None
         self.start_gen = int(self.meta["generation"])
+        self.last = int(opened["last"])  # the generation the run ends at (run_dir.last_generation)
         self.solved_before = self.meta.get("solved_at") is not None
         self.gen = self.start_gen  # generations run and logged
         self.stacked = None  # the state after generation `gen`, on the devices
@@ -206,9 +224,12 @@ class _RunContext:
         return self._elapsed0 + time.perf_counter() - self._t_start
 
     def close(self) -> None:
-        """Checkpoints the last generation run (process 0), then releases what the run started."""
+        """Checkpoints the last generation run, or a resumed run's final evaluation (its
+        `checkpoint.json` may be one checkpoint behind), on process 0, then releases what the run
+        started."""
         try:
-            if self.gen > self.start_gen and self.primary:
+            resumed_to_its_end = self.resuming and self.final_returns is not None
+            if (self.gen > self.start_gen or resumed_to_its_end) and self.primary:
                 self.meta["elapsed_seconds"] = self.elapsed()
                 checkpoint.save(self.run_dir, self.step.first(self.stacked), self.meta)
         finally:
@@ -237,9 +258,10 @@ def _start(ctx: _RunContext):
             f" (resumed at generation {ctx.start_gen})" if ctx.resuming else "")
     info = RunInfo(run_dir=ctx.run_dir, name=ctx.run_dir.name, title=f"{config.env_name} / {run.strategy.name}",
                    config=config.to_dict(), start_generation=ctx.start_gen,
-                   num_generations=config.num_generations, meta=ctx.meta, target=config.target)
-    ctx.startup = _Startup(ctx.step, eval_fn(run, config), spec, ctx.seed, ctx.sinks, info)
-    state = init_state(run, config)
+                   num_generations=ctx.last, meta=ctx.meta, target=config.target)
+    ctx.startup = _Startup()
+    ctx.startup.start(ctx.step, eval_fn(run, config), spec, ctx.seed, ctx.sinks, info)
+    state = _result(ctx.runner.submit(init_state, run, config))  # it compiles: Ctrl-C must not wait
     if ctx.resuming:
         if ctx.primary:
             # The state of the same read as ctx.meta's counters (taken under the lock).
@@ -258,15 +280,16 @@ def _run_generations(ctx: _RunContext) -> None:
     _result(ctx.startup.generation)
     # Generation g+1 runs (on the runner's thread) while generation g's metrics are fetched,
     # logged and checkpointed here. A run that stops early drops one generation.
-    pending = ctx.runner.submit(step, ctx.stacked, stacked_seed) if ctx.gen < config.num_generations else None
+    pending = ctx.runner.submit(step, ctx.stacked, stacked_seed) if ctx.gen < ctx.last else None
     while pending is not None:
         new, metrics = _result(pending)
-        pending = ctx.runner.submit(step, new, stacked_seed) if ctx.gen + 1 < config.num_generations else None
+        pending = ctx.runner.submit(step, new, stacked_seed) if ctx.gen + 1 < ctx.last else None
         metrics = {k: v.item() for k, v in step.first(metrics).items()}
         dt = time.perf_counter() - t0
         t0 += dt
         if ctx.compile_time is None:
             ctx.compile_time = dt
+            _warn_nonfinite_returns(ctx, metrics)
         metrics = _generation_metrics(ctx, new, metrics, dt)
         solved = _solved(config, metrics)
         solved_at = ctx.meta.get("solved_at")
@@ -319,6 +342,15 @@ def _final_evaluation(ctx: _RunContext, state) -> np.ndarray:
     returns, the episodes of `keys.FINAL_EVALUATION` (what `result.json` reports)."""
     return np.asarray(ctx.startup.evaluate(state.strategy, state.best_params, state.obs_stats, ctx.seed,
                                            np.int32(keys_lib.FINAL_EVALUATION)))
+
+
+def _warn_nonfinite_returns(ctx: _RunContext, metrics: dict) -> None:
+    """Warns, once, when every member's return of the first generation run is NaN or infinite:
+    non-finite fitness ranks worst, so such a run learns nothing."""
+    if ctx.primary and math.isnan(metrics["fitness/max"]):
+        log.warning("run %s: every member's return in generation %d is NaN or infinite; check the rewards "
+                    "of %s's step_env (non-finite fitness ranks worst, so nothing is learned)",
+                    ctx.run_dir, ctx.gen + 1, ctx.config.env_name)
 
 
 def _stop_diverged(ctx: _RunContext, metrics: dict) -> None:
@@ -375,14 +407,16 @@ def _summary(ctx: _RunContext, state, mean_returns, best_returns) -> dict:
 
 def _close(sinks: Sequence[Sink], startup: _Startup | None, failing: bool = False,
            interrupted: bool = False) -> None:
-    """Joins the start-up threads (after Ctrl-C, not the compilation: `_Startup.close`), then
-    closes every sink. A failing close is logged as a warning, or only at debug level while the
-    run is already failing (a full disk fails both: the user gets one error, not one per sink)."""
+    """Joins the start-up threads (after Ctrl-C, not the compilation or a sink's start:
+    `_Startup.close`), then closes every sink (but one still starting). A failing close is logged
+    as a warning, or only at debug level while the run is already failing (a full disk fails
+    both: the user gets one error, not one per sink)."""
+    starting = None
     try:
         if startup is not None:
-            startup.close(interrupted)
+            starting = startup.close(interrupted)
     finally:
-        for sink in sinks:
+        for sink in (s for s in sinks if s is not starting):
             try:
                 sink.close()
             except Exception as e:  # noqa: BLE001 - one sink must not keep the others open

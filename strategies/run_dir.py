@@ -2,7 +2,8 @@
 
     RUN/config.json         the experiment (EvolveConfig.to_dict())
     RUN/checkpoint.msgpack  state + progress counters (popeval.checkpoint)
-    RUN/checkpoint.json     the checkpoint's metadata (generation, env steps, solved_at, W&B id)
+    RUN/checkpoint.json     the checkpoint's metadata (generation, env steps, solved_at, W&B id,
+                            the experiment whose SHA-256 the checkpoint holds)
     RUN/metrics.csv         one row per generation (popeval.sinks.CSVSink)
     RUN/fitness.png         the fitness curves (popeval.sinks.PlotSink)
     RUN/result.json         the summary, written when the run ends
@@ -16,7 +17,9 @@ files (`*.tmp`, what a kill while starting leaves) counts as empty. Every file i
 
 An exported controller (`export_policy`, `popeval export RUN OUT`) is the same layout with
 the policies alone in the checkpoint: the mean and best parameters and the observation
-statistics, not the strategy's state (a GA's population, CMA-ES's covariance).
+statistics, not the strategy's state (a GA's population, CMA-ES's covariance), so it cannot be
+resumed. `--resume`, `eval`, `render` and `export` all refuse a `config.json` edited since its
+checkpoint was made (`check_experiment`), before writing anything.
 """
 
 from __future__ import annotations
@@ -39,11 +42,13 @@ from .config import LEGACY_RUN_KEYS, EvolveConfig, RunOptions, config_from_dict,
 from .programs import Run, build, init_state
 
 __all__ = ["CONFIG", "RESULT", "Lock", "Prepared", "prepare", "open_run", "read_config", "clean_result", "write_result",
-           "read_result", "load_policy", "export_policy", "open_shared", "complete", "config_hash", "EVAL_OVERRIDES"]
+           "read_result", "load_policy", "export_policy", "open_shared", "complete", "last_generation", "config_hash",
+           "check_experiment", "EVAL_OVERRIDES"]
 
 CONFIG = "config.json"
 RESULT = "result.json"
 POLICIES = "policies"  # checkpoint.json's "kind" of an exported controller
+EXPERIMENT = "experiment"  # checkpoint.json's copy of the experiment its config_sha256 is the hash of
 
 #: Experiment keys a resumed run may change (extending the budget changes no result so far).
 RESUME_OVERRIDES = ("num_generations",)
@@ -80,19 +85,67 @@ def config_hash(experiment: EvolveConfig | dict) -> str:
     """A SHA-256 of an experiment as `config.json` holds it (an `EvolveConfig`, or the file's
     dict), `RESUME_OVERRIDES` left out; a checkpoint records it. The file's own keys are hashed,
     so a later popeval that adds config keys or changes defaults still resumes the run."""
+    return hashlib.sha256(json.dumps(_hashed(experiment), sort_keys=True).encode()).hexdigest()
+
+
+def _hashed(experiment: EvolveConfig | dict) -> dict:
+    """What `config_hash` hashes: the experiment's keys but `RESUME_OVERRIDES`."""
     saved = experiment.to_dict() if isinstance(experiment, EvolveConfig) else experiment
-    kept = {k: v for k, v in saved.items() if k not in RESUME_OVERRIDES}
-    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()
+    return {k: v for k, v in saved.items() if k not in RESUME_OVERRIDES}
+
+
+def check_experiment(run_dir: str | os.PathLike, meta: dict, what: str | None = None) -> None:
+    """Refuses a `config.json` edited since the checkpoint whose metadata `meta` is was made
+    (`--resume`, `eval`, `render` and `export` alike), naming the edited keys where
+    `checkpoint.json` still holds the experiment. A checkpoint without a config hash (older
+    popeval) is not checked.
+
+    Args:
+        run_dir: the run directory.
+        meta: the checkpoint's metadata (`checkpoint.read`).
+        what: the start of the error line (default: the run directory).
+    """
+    run_dir = Path(run_dir)
+    made_by = meta.get(checkpoint.CONFIG_SHA256)
+    found = _config_object(run_dir / CONFIG)
+    if made_by is None or made_by == config_hash(found):
+        return
+    recorded = meta.get(EXPERIMENT)
+    if isinstance(recorded, dict) and config_hash(recorded) == made_by:
+        why = f"edited: {_edits(recorded, _hashed(found))}"
+    else:  # an older checkpoint.json, without the experiment
+        why = f"its SHA-256 differs: was {CONFIG} edited?"
+    raise ValueError(f"{what or run_dir}: {CONFIG} no longer matches the experiment that made the checkpoint "
+                     f"({why}); put the original back")
+
+
+_ABSENT = object()  # a key one side of `_edits` lacks
+
+
+def _edits(recorded: dict, found: dict) -> str:
+    """The keys of `found` that differ from `recorded`, with both values."""
+    keys = sorted(k for k in {*recorded, *found} if recorded.get(k, _ABSENT) != found.get(k, _ABSENT))
+    return ", ".join(f"{k} {_short(recorded.get(k, _ABSENT))} -> {_short(found.get(k, _ABSENT))}" for k in keys)
+
+
+def _short(value: Any) -> str:
+    """`value` as JSON, at most 40 characters ("(none)": the key is absent)."""
+    text = "(none)" if value is _ABSENT else json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _saved_dict(run_dir: Path) -> dict:
-    """`config.json` as written (`read_config` checked it)."""
-    return json.loads((run_dir / CONFIG).read_text())
+    """`config.json` as written (`read_config` checked it; read the same way, a byte-order mark
+    and all)."""
+    return _config_object(run_dir / CONFIG)
 
 
 def _default_dir(config: EvolveConfig) -> Path:
+    """`runs/<env>-<strategy>-seed<seed>-<time>`: one directory under `runs/`, a namespaced id's
+    separators (`brax/ant`) turned into `-`."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path(f"runs/{config.env_name}-{config.strategy}-seed{config.seed}-{stamp}")
+    env = config.env_name.replace("/", "-").replace("\\", "-")
+    return Path(f"runs/{env}-{config.strategy}-seed{config.seed}-{stamp}")
 
 
 class Lock:
@@ -103,14 +156,16 @@ class Lock:
     Args:
         run_dir: the run directory (it exists).
         created: this run created the directory (`release(discard_dir=True)` may remove it).
+        created_root: the topmost directory this run created (the run directory or a parent
+            such as `runs/`), removed too by a discard when it is left empty.
     """
 
     FILE = ".lock"
 
-    def __init__(self, run_dir: Path, created: bool = False):
+    def __init__(self, run_dir: Path, created: bool = False, created_root: Path | None = None):
         import fcntl
 
-        self.run_dir, self.created = Path(run_dir), created
+        self.run_dir, self.created, self.created_root = Path(run_dir), created, created_root
         path = self.run_dir / self.FILE
         while True:
             fd = _open_lock_file(path)
@@ -124,8 +179,13 @@ class Lock:
             if _same_file(fd, path):
                 break
             os.close(fd)  # its holder removed it while releasing: lock the file now in its place
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+        except OSError as e:
+            os.close(fd)
+            e.filename = e.filename or str(path)  # a full disk: name the file
+            raise
         self._fd: int | None = fd
 
     def release(self, discard_dir: bool = False) -> None:
@@ -140,7 +200,7 @@ class Lock:
         path = self.run_dir / self.FILE
         try:
             if discard_dir and self.created and not _has_checkpoint(self.run_dir):
-                shutil.rmtree(self.run_dir, ignore_errors=True)
+                _discard(self.run_dir, self.created_root)
             elif _same_file(self._fd, path):
                 path.unlink()
         except OSError:
@@ -148,6 +208,36 @@ class Lock:
         finally:
             os.close(self._fd)  # closing the file releases the lock
             self._fd = None
+
+
+def _discard(run_dir: Path, created_root: Path | None) -> None:
+    """Removes `run_dir`, then its parents up to `created_root` (what this run created) while
+    they are empty: a run that fails at once leaves no empty `runs/` behind."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    if created_root is None or created_root == run_dir:
+        return
+    for parent in run_dir.parents:
+        try:
+            parent.rmdir()  # only an empty directory
+        except OSError:
+            return
+        if parent == created_root:
+            return
+
+
+def _make_dir(run_dir: Path) -> Path | None:
+    """Creates `run_dir` and its missing parents; returns the topmost directory created (None:
+    `run_dir` existed)."""
+    missing = []
+    for d in (run_dir, *run_dir.parents):
+        if d.exists():
+            break
+        missing.append(d)
+    try:
+        run_dir.mkdir(parents=True)
+    except FileExistsError:
+        return None
+    return missing[-1] if missing else run_dir
 
 
 def _open_lock_file(path: Path) -> int:
@@ -249,18 +339,12 @@ def open_run(config: EvolveConfig | None, options: RunOptions) -> tuple[Lock, Pr
     nothing can change it (`prepare`); the caller writes `config.json` (`write_config`) or
     releases the lock."""
     first = prepare(config, options)  # refuses without writing anything
-    created = False
-    if not options.resume:
-        try:
-            first.run_dir.mkdir(parents=True)
-            created = True
-        except FileExistsError:
-            pass
+    root = None if options.resume else _make_dir(first.run_dir)
     try:
-        lock = Lock(first.run_dir, created)
+        lock = Lock(first.run_dir, root is not None, root)
     except BaseException:
-        if created:
-            shutil.rmtree(first.run_dir, ignore_errors=True)
+        if root is not None:
+            _discard(first.run_dir, root)
         raise
     try:
         prepared = _check_resume(first.run_dir, config) if options.resume else _check_new(first.run_dir, config)
@@ -333,12 +417,14 @@ def load_policy(run_dir: str | os.PathLike, which: str | None = None, overrides:
         raise ValueError(f"cannot evaluate a saved policy with other {refused}; "
                          f"only {list(EVAL_OVERRIDES)} may change")
     config = read_config(run_dir, changes)
+    found = checkpoint.read(run_dir)
+    check_experiment(run_dir, found[1])
     run = build(config)
     state = init_state(run, config)
-    if checkpoint.load_meta(run_dir).get("kind") == POLICIES:
-        saved, _ = checkpoint.load(run_dir, _policies(state, state.best_params))
+    if found[1].get("kind") == POLICIES:
+        saved, _ = checkpoint.load(run_dir, _policies(state, state.best_params), found)
         return SavedPolicy(run, saved[which], saved["obs_stats"], which)
-    state, _ = checkpoint.load(run_dir, state)
+    state, _ = checkpoint.load(run_dir, state, found)
     params = state.best_params if which == "best" else run.strategy.mean(state.strategy)
     return SavedPolicy(run, params, state.obs_stats, which)
 
@@ -365,13 +451,18 @@ def export_policy(run_dir: str | os.PathLike, out_dir: str | os.PathLike, force:
         raise ValueError(f"{run_dir}: already an exported controller")
     replace = _check_export_target(out, force)
     copies = {name: data for name in (CONFIG, RESULT, "metrics.csv") if (data := _read_own(run_dir / name)) is not None}
+    for name in (checkpoint.CHECKPOINT, checkpoint.META):
+        if (run_dir / name).is_symlink():
+            raise ValueError(f"{run_dir / name}: a symbolic link; export copies only the run's own files")
     config = read_config(run_dir)
+    found = checkpoint.read(run_dir)
+    check_experiment(run_dir, found[1])
     run = build(config)
-    state, meta = checkpoint.load(run_dir, init_state(run, config))
+    state, meta = checkpoint.load(run_dir, init_state(run, config), found)
     if replace:
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
-    kept = (*checkpoint.PROGRESS, checkpoint.CONFIG_SHA256)
+    kept = (*checkpoint.PROGRESS, checkpoint.CONFIG_SHA256, EXPERIMENT)
     checkpoint.save(out, _policies(state, run.strategy.mean(state.strategy)),
                     {k: meta[k] for k in kept if k in meta} | {"kind": POLICIES})
     if RESULT in copies:
@@ -473,7 +564,8 @@ def _open_primary(config: EvolveConfig | None, options: RunOptions) -> tuple[dic
                              f"the {meta['generation']} generations the run has run; a run cannot be shortened "
                              f"(leave num_generations out, or raise it to continue)")
         opened = {"run_dir": str(prepared.run_dir), "resuming": prepared.resuming,
-                  "config": prepared.config.to_dict(), "meta": meta}
+                  "config": prepared.config.to_dict(), "meta": meta,
+                  "last": last_generation(meta, prepared.config, prepared.saved)}
         done = prepared.resuming and complete(meta, prepared.config, prepared.saved,
                                               read_result(prepared.run_dir))
         if done:
@@ -493,26 +585,38 @@ def _open_primary(config: EvolveConfig | None, options: RunOptions) -> tuple[dic
 
 def _start_meta(prepared: Prepared, saved: tuple | None) -> dict:
     """The progress a run starts from: the checkpoint's metadata (`saved`), or a new run's."""
-    recorded = config_hash(prepared.config if prepared.saved is None else _saved_dict(prepared.run_dir))
+    experiment = _hashed(prepared.config if prepared.saved is None else _saved_dict(prepared.run_dir))
     meta = {"generation": 0, "env_steps": 0, "elapsed_seconds": 0.0, "wandb_id": None, "solved_at": None,
-            checkpoint.CONFIG_SHA256: recorded}
+            checkpoint.CONFIG_SHA256: config_hash(experiment), EXPERIMENT: experiment}
     if saved is None:
         return meta
-    made_by = saved[1].get(checkpoint.CONFIG_SHA256)
-    if made_by is not None and made_by != recorded:
-        raise ValueError(f"--resume {prepared.run_dir}: {CONFIG} no longer matches the experiment that made "
-                         f"the checkpoint (its SHA-256 differs: was {CONFIG} edited?); put the original back")
-    return {**meta, **saved[1]}  # a checkpoint from before config hashes gets one at its next save
+    if saved[1].get("kind") == POLICIES:
+        raise ValueError(f"--resume {prepared.run_dir}: an exported controller (its policies, without the "
+                         "strategy's state) cannot be resumed; resume the run it was exported from")
+    check_experiment(prepared.run_dir, saved[1], f"--resume {prepared.run_dir}")
+    # A checkpoint from before config hashes (or the experiment's copy) gets them at its next save.
+    return {**meta, **saved[1]}
 
 
 def complete(meta: dict, config: EvolveConfig, saved: EvolveConfig | None, result: dict | None) -> str | None:
     """Why a resumed run has nothing left to do, or None. A run that has run its generations
-    but whose `result.json` is missing or of another generation (stopped after its last
-    checkpoint, or shortened to it) is not done: it still owes its final evaluation."""
+    or reached its target (`last_generation`) but whose `result.json` is missing or of another
+    generation (stopped after its last checkpoint, however, or shortened to it) is not done: it
+    still owes its final evaluation."""
     gen = int(meta["generation"])
-    if gen >= config.num_generations:
-        return f"generation {gen} of {config.num_generations}" if (result or {}).get("generations") == gen else None
+    if gen < last_generation(meta, config, saved) or (result or {}).get("generations") != gen:
+        return None
+    if gen < config.num_generations:
+        return f"its target {config.target} was reached at generation {gen}"
+    return f"generation {gen} of {config.num_generations}"
+
+
+def last_generation(meta: dict, config: EvolveConfig, saved: EvolveConfig | None) -> int:
+    """The generation a run ends at: its budget, or (`stop_at_target`) the generation of its
+    checkpoint when that generation reached the target and `num_generations` was not raised
+    since (a raised run continues past its target)."""
+    solved = (meta.get("solved_at") or {}).get("generation")
     raised = saved is not None and config.num_generations > saved.num_generations
-    if config.stop_at_target and meta.get("solved_at") and not raised:
-        return f"its target {config.target} was reached at generation {meta['solved_at']['generation']}"
-    return None
+    if config.stop_at_target and solved == int(meta["generation"]) and not raised:
+        return solved
+    return config.num_generations

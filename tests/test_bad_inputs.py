@@ -176,6 +176,31 @@ def test_flow_mapping_without_a_space_gets_a_hint(capsys):
     assert "key 'learning_rate:0.1' has no value; YAML needs a space after the colon ({learning_rate: 0.1}" in line
 
 
+def test_numbers_in_exponent_notation_are_numbers_at_any_depth(tmp_path):
+    """Issue 61 N10: YAML 1.1 read `1e-3` as a string inside mappings; YAML 1.2's rule, everywhere."""
+    config = tmp_path / "x.yaml"
+    config.write_text("target: 1e2\nstrategy_kwargs:\n  learning_rate: 3e-2\n  std_init: 1.0e-1\n")
+    loaded = load_config(config)
+    assert loaded.target == 100.0 and loaded.strategy_kwargs == {"learning_rate": 0.03, "std_init": 0.1}
+    assert all(isinstance(v, float) for v in loaded.strategy_kwargs.values())
+    overridden = load_config(config, ["--strategy_kwargs={learning_rate: 1e-3}", "--env_kwargs={gravity: 1e1}",
+                                      "--target", "-5E-1"])
+    assert overridden.strategy_kwargs == {"learning_rate": 1e-3} and overridden.env_kwargs == {"gravity": 10.0}
+    assert overridden.target == -0.5
+    assert parse_overrides(["--x=[1e3, .5e1, '1e3', 1e, 7]"])["x"] == [1000.0, 5.0, "1e3", "1e", 7]
+
+
+def test_policy_and_env_params_that_make_no_sense_are_refused(tmp_path, capsys):
+    """Issue 61 N13: `conv_pool: max` without a CNN, and an infinite physical constant."""
+    with pytest.raises(ValueError, match="conv_pool: max pools a CNN's convolutions, and policy is 'mlp'"):
+        EvolveConfig(conv_pool="max")
+    line = cli_error(capsys, ["evolve", *TINY, "--run_dir", str(tmp_path / "r"), "--env_kwargs={length: .inf}"])
+    assert "CartPole-v1 (cartpole.EnvParams): length=inf is infinite, expected finite values in (0, inf)" in line
+    assert not (tmp_path / "r").exists()
+    with pytest.raises(ValueError, match="gravity=-inf is infinite"):
+        make("CartPole-v1", gravity=-math.inf)
+
+
 # ------------------------------------------------------------------ the Python API (row 14; issue 50)
 @pytest.fixture(scope="module")
 def cartpole():

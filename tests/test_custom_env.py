@@ -306,3 +306,86 @@ def test_evolve_runs_a_gymnax_contract_environment(fresh_registry, tmp_path):
                           num_generations=2, eval_every=2, eval_episodes=4, checkpoint_every=2)
     summary = evolve(config, RunOptions(run_dir=str(tmp_path / "run"), wandb="disabled", progress=False), sinks=[])
     assert summary["generations"] == 2 and np.isfinite(summary["mean_policy_return"])
+
+
+# ------------------------------------------------------------------ mistakes in one line (issue 61 N11)
+def test_register_refuses_ids_that_are_not_safe_names(fresh_registry):
+    for env_id, why in [("../../escape-v0", "a path separator"), ("a/b", "a path separator"),
+                        ("a\\b", "a path separator"), ("..escape", "'..'"), ("Line-v0\n", "whitespace"),
+                        (" Line-v0", "whitespace"), ("Line v0", "whitespace"),
+                        ("Line\x00-v0", "whitespace or a control character")]:
+        with pytest.raises(ValueError, match=f"register: .* is not a safe environment id \\({why}") as refused:
+            register(env_id, PopevalLine)
+        assert "\n" not in str(refused.value) and env_id not in registry_lib.REGISTRY
+    register("My_Line.v0-test", PopevalLine)  # letters, digits, - _ . and a single dot are fine
+
+
+class WideObservation(PopevalLine):
+    def get_obs(self, state, params=None, key=None):
+        return jnp.stack([state.x, state.x, state.time.astype(jnp.float32)])  # (3,) under a space of (2,)
+
+
+class IntegerReset(GymnaxLine):
+    def reset_env(self, key, params):
+        obs, state = super().reset_env.__wrapped__(self, key, params)
+        return obs.astype(jnp.int32), state  # step_env's are float32
+
+
+class VectorReward(PopevalLine):
+    def transition(self, key, state, action, params):
+        state, reward, done = super().transition(key, state, action, params)
+        return state, jnp.stack([reward, reward]), done
+
+
+class VectorDone(PopevalLine):
+    def transition(self, key, state, action, params):
+        state, reward, done = super().transition(key, state, action, params)
+        return state, reward, jnp.stack([done, done])
+
+
+@pytest.mark.parametrize("cls, words", [
+    (WideObservation, "reset_env returns an observation of shape (3,), but observation_space has shape (2,)"),
+    (IntegerReset, "step_env returns observation as float32 (2,), reset_env as int32 (2,)"),
+    (VectorReward, "step_env returns a reward of shape (2,), expected a scalar ()"),
+    (VectorDone, "step_env returns a done of shape (2,), expected a scalar ()"),
+])
+def test_an_environment_that_disagrees_with_its_spaces_is_named_before_compiling(fresh_registry, cls, words):
+    register("Faulty-v0", cls)
+    with pytest.raises(ValueError) as refused:
+        RolloutWrapper(None, env_name="Faulty-v0", num_env_steps=4)
+    assert str(refused.value) == f"Faulty-v0: {words}"
+
+
+@pytest.mark.parametrize("params", [{"max_steps_in_episode": 6}, None])
+def test_default_params_that_are_no_dataclass_get_one_line(fresh_registry, params):
+    class Untyped(PopevalLine):
+        @property
+        def default_params(self):
+            return params
+
+    register("Untyped-v0", Untyped)
+    with pytest.raises(TypeError, match=f"Untyped-v0: default_params must return an EnvParams instance .*got "
+                                        f"{type(params).__name__}"):
+        make("Untyped-v0")
+    with pytest.raises(TypeError, match="default_params must return an EnvParams instance"):
+        RolloutWrapper(None, env=Untyped(), num_env_steps=4)
+
+
+class NaNReward(PopevalLine):
+    def transition(self, key, state, action, params):
+        state, reward, done = super().transition(key, state, action, params)
+        return state, reward * jnp.nan, done
+
+
+def test_evolve_warns_when_every_return_of_its_first_generation_is_not_finite(fresh_registry, tmp_path, caplog):
+    import logging
+
+    from strategies import EvolveConfig, RunOptions, evolve
+
+    register("NaNLine-v0", NaNReward)
+    config = EvolveConfig(env_name="NaNLine-v0", hidden_sizes=(4,), pop_size=8, num_rollouts=1,
+                          num_generations=2, eval_every=2, eval_episodes=2, checkpoint_every=2)
+    with caplog.at_level(logging.WARNING, logger="popeval"):
+        evolve(config, RunOptions(run_dir=str(tmp_path / "run"), wandb="disabled", progress=False), sinks=[])
+    warnings = [r.getMessage() for r in caplog.records if "NaN or infinite" in r.getMessage()]
+    assert len(warnings) == 1 and "generation 1" in warnings[0] and "NaNLine-v0's step_env" in warnings[0], warnings

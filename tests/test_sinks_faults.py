@@ -117,6 +117,62 @@ def test_a_csv_that_cannot_be_repaired_is_moved_aside(tmp_path, caplog):
     assert generations(tmp_path) == [3]
 
 
+def test_an_intact_header_outvotes_junk_lines(tmp_path, caplog):
+    """Issue 61 N4 (a): ten one-field junk lines among eight intact rows; the header and the rows
+    up to the checkpoint are kept, and only the junk lines are named."""
+    lines = written(tmp_path, 8).split(b"\r\n")
+    (tmp_path / "metrics.csv").write_bytes(b"\r\n".join(lines[:5] + [b"junk"] * 10 + lines[5:]))
+    warnings = resume(tmp_path, 7, caplog)
+    assert len(warnings) == 1 and "damaged header" not in warnings[0], warnings
+    assert "dropped damaged lines 6 (1 fields, not 7), 7 (1 fields" in warnings[0], warnings
+    assert generations(tmp_path) == [1, 2, 3, 4, 5, 6, 7, 8]
+
+
+def test_damaged_copies_are_numbered_and_keep_the_permissions(tmp_path, caplog):
+    """Issue 61 N4 (b), N5: a second repair keeps the first original; every copy is 0600 like
+    the file it repaired."""
+    originals = []
+    for damage in (b"\r\nfirst", b"\r\nsecond", b"\r\nthird"):
+        data = written(tmp_path, 2) + damage
+        (tmp_path / "metrics.csv").write_bytes(data)
+        (tmp_path / "metrics.csv").chmod(0o600)
+        originals.append(data)
+        warnings = resume(tmp_path, 2, caplog)
+        assert len(warnings) == 1, warnings
+        (tmp_path / "metrics.csv").unlink()
+    copies = ["metrics.csv.damaged", "metrics.csv.damaged.1", "metrics.csv.damaged.2"]
+    assert warnings[0].endswith("the original is kept in metrics.csv.damaged.2")
+    assert [(tmp_path / c).read_bytes() for c in copies] == originals
+    assert all((tmp_path / c).stat().st_mode & 0o777 == 0o600 for c in copies)
+    written(tmp_path, 2)
+    (tmp_path / "metrics.csv").chmod(0o600)
+    resume(tmp_path, 2, caplog)  # the repaired file itself, too
+    assert (tmp_path / "metrics.csv").stat().st_mode & 0o777 == 0o600
+
+
+def test_a_byte_order_mark_is_removed_with_a_warning(tmp_path, caplog):
+    """Issue 61 N4 (c): a spreadsheet's UTF-8 BOM; no column `\\ufeffbest/fitness`."""
+    data = written(tmp_path, 3)
+    (tmp_path / "metrics.csv").write_bytes(b"\xef\xbb\xbf" + data)
+    assert list(read_metrics(tmp_path / "metrics.csv")[0])[0] == "best/fitness"
+    warnings = resume(tmp_path, 3, caplog)
+    assert len(warnings) == 1 and "byte-order mark" in warnings[0], warnings
+    assert (tmp_path / "metrics.csv").read_bytes().startswith(b"best/fitness,")
+    assert list(read_metrics(tmp_path / "metrics.csv")[0]) == NAMES and generations(tmp_path) == [1, 2, 3, 4]
+
+
+def test_a_directory_in_the_place_of_metrics_csv_is_moved_aside(tmp_path, caplog):
+    """Issue 61 N4 (d): the resume goes on, a new file is written, the directory is kept."""
+    (tmp_path / "metrics.csv.damaged").write_text("an earlier copy")
+    (tmp_path / "metrics.csv").mkdir()
+    (tmp_path / "metrics.csv" / "inside").write_text("kept")
+    warnings = resume(tmp_path, 3, caplog)
+    assert len(warnings) == 1 and "not a file (a directory)" in warnings[0] and "metrics.csv.damaged.1" in warnings[0]
+    assert (tmp_path / "metrics.csv.damaged.1" / "inside").read_text() == "kept"
+    assert (tmp_path / "metrics.csv.damaged").read_text() == "an earlier copy"
+    assert generations(tmp_path) == [4]
+
+
 def test_a_resumed_csv_drops_the_former_final_evaluation_and_gains_new_columns(tmp_path, caplog):
     """An extended run: the row that was the last loses its final evaluation (an uninterrupted
     run has none there); a file of an older version gains the columns it lacked."""
@@ -224,6 +280,21 @@ def test_wandb_close_waits_a_bounded_configurable_time(tmp_path, monkeypatch, ca
     monkeypatch.setenv("POPEVAL_WANDB_CLOSE_TIMEOUT", "soon")
     with pytest.raises(ValueError, match="POPEVAL_WANDB_CLOSE_TIMEOUT must be a number of seconds >= 0, got 'soon'"):
         WandbSink("offline")
+
+
+def test_wandb_refuses_a_link_in_the_place_of_its_directory(tmp_path, monkeypatch):
+    """Issue 61 N8: `ln -s /elsewhere RUN/wandb` made W&B write its files in /elsewhere."""
+    monkeypatch.setitem(sys.modules, "wandb", fake_wandb())
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "wandb").symlink_to(elsewhere)
+    sink = WandbSink("offline")
+    with pytest.raises(ValueError, match=r"run/wandb: a symbolic link; W&B would write its files where it points"):
+        sink.start(info(run_dir, 2))
+    assert sys.modules["wandb"].calls == [] and list(elsewhere.iterdir()) == []
+    sink.close()  # nothing was started
 
 
 def test_wandb_online_without_an_api_key_logs_offline_and_says_how_to_sync(tmp_path, monkeypatch, caplog):
@@ -364,7 +435,8 @@ def test_ctrl_c_anywhere_in_the_cli_is_one_line(monkeypatch, capsys):
 def test_an_error_without_a_message_is_still_a_line():
     assert cli._one_line(RuntimeError()) == "RuntimeError, without a message (--debug shows the traceback)"
     assert cli._one_line(ValueError("")).startswith("ValueError, without a message")
-    assert cli._one_line(MemoryError()) == "out of memory; try a smaller pop_size or num_rollouts"
+    assert cli._one_line(MemoryError()) == ("out of memory; try a smaller pop_size or num_rollouts, or a smaller "
+                                            "policy (hidden_sizes, conv_channels)")
 
 
 def test_the_cli_silences_library_info_lines(capsys):

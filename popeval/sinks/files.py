@@ -7,6 +7,7 @@ import io
 import logging
 import math
 import os
+import stat
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ def read_metrics(path: str | os.PathLike) -> list[dict[str, str]]:
     path = Path(path)
     if not path.exists():
         return []
-    with open(path, newline="", encoding="utf-8", errors="replace") as f:
+    with open(path, newline="", encoding="utf-8-sig", errors="replace") as f:  # a spreadsheet's BOM
         return list(csv.DictReader(f))
 
 
@@ -42,10 +43,15 @@ class CSVSink:
     - rows past the checkpoint are dropped (the resumed run writes them again);
     - damaged rows (missing or extra fields, no whole generation number, bytes that are not
       UTF-8) are dropped and named by line in one warning, the original file kept as
-      `metrics.csv.damaged`; of a duplicated generation the last row is kept, with a warning;
-    - a damaged header is rebuilt from the names of the metrics logged, when the rows have as
-      many fields; otherwise nothing in the file can be placed, and it is moved aside to
-      `metrics.csv.damaged` (the checkpoint is intact, so the run goes on) with a warning;
+      `metrics.csv.damaged` (or `.damaged.1`, `.damaged.2`, ...: an earlier copy is never
+      overwritten; every copy keeps the file's permissions); of a duplicated generation the
+      last row is kept, with a warning;
+    - an intact header is trusted when some row fits it, however many damaged lines there are;
+      a damaged one is rebuilt from the names of the metrics logged, when rows fit them;
+      otherwise nothing in the file can be placed, and it is moved aside (the checkpoint is
+      intact, so the run goes on) with a warning;
+    - a UTF-8 byte-order mark (a spreadsheet's) is removed, with a warning; a directory or
+      other non-file in the file's place is moved aside, with a warning;
     - the final evaluation's columns (`FINAL_COLUMNS`) of the rows kept are cleared when the run
       continues past the generation that was its last.
 
@@ -62,7 +68,7 @@ class CSVSink:
     def start(self, info: RunInfo) -> None:
         self.path = info.run_dir / self.filename
         self.columns, self._found = None, None
-        if os.path.lexists(self.path):  # resuming
+        if os.path.lexists(self.path) and _regular_or_moved_aside(self.path):  # resuming
             self._found = _FoundCSV(self.path, info.start_generation,
                                     continues=info.start_generation < info.num_generations)
 
@@ -88,18 +94,61 @@ class CSVSink:
         self.columns, rows, notes, damaged = found.repair(names)
         from popeval.checkpoint import atomic_write  # the sinks package stays free of JAX imports
 
-        if damaged:
-            atomic_write(self.path.with_name(self.path.name + DAMAGED_SUFFIX), found.data)
+        kept = f"; the original is kept in {_keep_copy(self.path, found.data).name}" if damaged else ""
         atomic_write(self.path, _csv_text([self.columns, *rows]).encode())
         if notes:
-            kept = f"; the original is kept in {self.path.name}{DAMAGED_SUFFIX}" if damaged else ""
             log.warning("%s, resuming after generation %d: %s%s", self.path, found.start_generation,
                         "; ".join(notes), kept)
 
 
 DAMAGED_SUFFIX = ".damaged"
+BOM = b"\xef\xbb\xbf"  # UTF-8's byte-order mark, which spreadsheets write
 #: The run's final evaluation (`result.json`'s returns), filled in its last row only.
 FINAL_COLUMNS = ("eval/final_return", "eval/final_best_return")
+
+
+def _damaged_names(path: Path):
+    """`metrics.csv.damaged`, then `metrics.csv.damaged.1`, `.damaged.2`, ..."""
+    yield path.with_name(path.name + DAMAGED_SUFFIX)
+    n = 1
+    while True:
+        yield path.with_name(f"{path.name}{DAMAGED_SUFFIX}.{n}")
+        n += 1
+
+
+def _keep_copy(path: Path, data: bytes) -> Path:
+    """Writes `data` to the first free `.damaged` name beside `path`, with `path`'s permission
+    bits; never overwrites an earlier copy nor follows a link. Returns the copy's path."""
+    mode = stat.S_IMODE(os.lstat(path).st_mode)
+    for copy in _damaged_names(path):
+        try:
+            fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        except FileExistsError:
+            continue
+        try:
+            with os.fdopen(fd, "wb") as f:
+                os.fchmod(f.fileno(), mode)  # the umask may have narrowed os.open's mode
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:
+            copy.unlink(missing_ok=True)
+            e.filename = e.filename or str(copy)  # a full disk names no file
+            raise
+        return copy
+
+
+def _regular_or_moved_aside(path: Path) -> bool:
+    """True for a regular file or a link (refused later, by name); anything else (a directory,
+    a pipe) is renamed to a free `.damaged` name, with a warning, and False returned."""
+    mode = os.lstat(path).st_mode
+    if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
+        return True
+    copy = next(c for c in _damaged_names(path) if not os.path.lexists(c))
+    os.rename(path, copy)
+    log.warning("%s was not a file (a %s); it was moved aside to %s, and the file starts again",
+                path, "directory" if stat.S_ISDIR(mode) else "special file", copy.name)
+    return False
 
 
 def _csv_text(rows: list[list[str]]) -> str:
@@ -112,8 +161,12 @@ def _append(path: Path, text: str) -> None:
     """Appends to `path` (created if absent) without following a symbolic link."""
     from popeval.checkpoint import open_append  # the sinks package stays free of JAX imports
 
-    with open_append(path) as f:
-        f.write(text)
+    try:
+        with open_append(path) as f:
+            f.write(text)
+    except OSError as e:
+        e.filename = e.filename or str(path)  # a full disk fails in write or close, which name no file
+        raise
 
 
 def _fields(line: bytes) -> list[str] | None:
@@ -153,45 +206,62 @@ class _FoundCSV:
                              "(move it away to resume the run)")
         self.path, self.start_generation, self.continues = path, start_generation, continues
         self.data = path.read_bytes()
-        lines = self.data.split(b"\n")
+        self.bom = self.data.startswith(BOM)
+        lines = self.data.removeprefix(BOM).split(b"\n")
         self.header = _fields(lines[0]) if lines[0].strip() else None
         self.rows = [(n, _fields(line)) for n, line in enumerate(lines[1:], start=2) if line.strip()]
         widths = Counter(len(f) for _, f in self.rows if f is not None)
         self.width = widths.most_common(1)[0][0] if widths else None  # the rows' usual field count
 
-    def usable_header(self) -> bool:
-        """Names, none empty or repeated, including `generation`, as many as the rows' fields."""
+    def _fit(self, columns: list[str] | None) -> int:
+        """How many rows fit `columns`: as many fields, and a whole generation number in the
+        `generation` column."""
+        if not columns or "generation" not in columns:
+            return 0
+        at = columns.index("generation")
+        return sum(1 for _, f in self.rows if not _damage(f, len(columns), at))
+
+    def _named_header(self) -> bool:
+        """Names, none empty or repeated, including `generation`."""
         h = self.header
-        return (h is not None and all(h) and len(set(h)) == len(h) and "generation" in h
-                and self.width in (None, len(h)))
+        return h is not None and all(h) and len(set(h)) == len(h) and "generation" in h
+
+    def usable_header(self) -> bool:
+        """A header of names that some row fits (or no rows at all): trusted over any number
+        of damaged lines, whatever their usual width."""
+        return self._named_header() and (self.width is None or self._fit(self.header) > 0)
 
     def repair(self, names: list[str]) -> tuple[list[str], list[list[str]], list[str], bool]:
         """`(columns, rows kept, what was repaired, whether damaged lines were dropped)` for a
         run whose metrics are `names`."""
-        if not self.data.strip():  # created, then killed before its first write
-            return names, [], [], False
-        if self.usable_header():
-            columns, notes = self.header + [n for n in names if n not in self.header], []
+        if not self.data.removeprefix(BOM).strip():  # created, then killed before its first write
+            return names, [], self._bom_note(), False
+        if self.usable_header() or (self._named_header() and not self._fit(names)):
+            columns, width, notes = self.header + [n for n in names if n not in self.header], len(self.header), []
         elif self.width is None:  # no rows to place
             return names, [], ["its damaged header was rebuilt from the metrics' names"], False
-        elif self.width == len(names) and "generation" in names:
-            columns, notes = list(names), ["its damaged header was rebuilt from the metrics' names"]
+        elif self._fit(names):
+            columns, width, notes = list(names), len(names), ["its damaged header was rebuilt from the metrics' names"]
         else:
             return names, [], [f"could not be repaired (a damaged header, and rows of {self.width} fields where "
                                 f"this run logs {len(names)} metrics); it starts again at generation "
                                 f"{self.start_generation + 1}"], True
-        rows, damaged, duplicated = self._rows(columns)
+        notes = self._bom_note() + notes
+        rows, damaged, duplicated = self._rows(columns, width)
         if damaged:
             notes.append(f"dropped damaged line{'s' if len(damaged) > 1 else ''} {', '.join(damaged)}")
         if duplicated:
             notes.append(f"kept the last row of duplicated generation(s) {', '.join(map(str, duplicated))}")
         return columns, rows, notes, bool(damaged)
 
-    def _rows(self, columns: list[str]) -> tuple[list[list[str]], list[str], list[int]]:
-        """The intact rows up to the checkpoint in generation order (the last one of each
-        generation, padded to `columns`), the damaged lines (number and why) and the
+    def _bom_note(self) -> list[str]:
+        return ["removed a UTF-8 byte-order mark from its start (saved by a spreadsheet?)"] if self.bom else []
+
+    def _rows(self, columns: list[str], width: int) -> tuple[list[list[str]], list[str], list[int]]:
+        """The intact rows of `width` fields up to the checkpoint in generation order (the last
+        one of each generation, padded to `columns`), the damaged lines (number and why) and the
         generations that were duplicated."""
-        width, at = len(self.header) if self.usable_header() else len(columns), columns.index("generation")
+        at = columns.index("generation")
         finals = [i for i, c in enumerate(columns) if c in FINAL_COLUMNS]
         kept: dict[int, list[str]] = {}
         damaged, duplicated = [], []

@@ -93,6 +93,9 @@ class WandbSink:
     offline, saying so in one line. The run's W&B id is chosen up front and kept in the
     checkpoint's metadata (`wandb_id`), so a resumed run continues the same W&B run.
 
+    A symbolic link at `RUN/wandb` is refused at `start` (ValueError, one line): W&B would
+    write its files wherever the link points, outside the run directory.
+
     An offline run says at its start, in one line, where its files are, how to upload them,
     and that `metrics_file` in the run directory (`CSVSink`'s; None: no such file) holds the
     same metrics.
@@ -160,6 +163,9 @@ class WandbSink:
         run_id = resume_id or uuid.uuid4().hex[:12]
         info.meta[self.META_KEY] = run_id
         self._dir = info.run_dir / "wandb"
+        if self._dir.is_symlink():
+            raise ValueError(f"{self._dir}: a symbolic link; W&B would write its files where it points, outside "
+                             "the run directory (remove the link, or run with --wandb=disabled)")
         self._queue = queue.SimpleQueue()
         self._closed.clear()
         threading.Thread(target=self._work, args=(self._queue,), name="popeval-wandb", daemon=True).start()

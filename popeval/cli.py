@@ -1,12 +1,13 @@
 """The `popeval` command line (also `python -m popeval`).
 
     popeval evolve --config experiments/configs/cartpole.yaml [--run_dir RUN] [--key=value ...]
+    popeval evolve --env_module my_pkg.envs --env_name MyTask-v0 [--key=value ...]
     popeval evolve --resume RUN_DIR [--num_generations=N]
     popeval evolve ... --coordinator_address=HOST:PORT --num_processes=N --process_id=I
     popeval launch --processes N [--devices_per_process K] -- evolve ...
     popeval eval RUN_DIR [--episodes=64 --seed=S | --episodes_from_run] [--which best|mean]
                  [--num_env_steps=N --env_kwargs={...}]
-    popeval list-envs
+    popeval list-envs [--all]
     popeval bench [--env ID] [--pop_size P] [--num_rollouts B] [--num_env_steps T] [--json FILE]
     popeval render RUN_DIR --out x.gif
 
@@ -14,8 +15,9 @@ This is the application layer, and the only place that changes process-wide stat
 compiled programs in a persistent cache (`POPEVAL_CACHE_DIR`, see
 `_use_compilation_cache`), silences W&B's console output (`WANDB_SILENT`, unless set) and the
 INFO lines of JAX and matplotlib (`_QUIET_LOGGERS`), makes SIGTERM stop a command as Ctrl-C
-does (`popeval.signals`, from `run`; JAX's preemption service off) and skips the interpreter's
-teardown (`run`). It imports `popeval.strategies` lazily.
+does (`popeval.signals`, from `run`; JAX's preemption service off), searches the current
+directory last for a config's `env_module` (`_search_working_directory`) and skips the
+interpreter's teardown (`run`). It imports `popeval.strategies` lazily.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ def _config_keys(help_asked: bool) -> str | None:
 EVAL_EPISODES, EVAL_SEED = 64, 12345
 
 
-_METAVARS = {"num_env_steps": "N", "env_kwargs": "{...}"}
+_METAVARS = {"num_env_steps": "N", "env_kwargs": "{...}", "env_module": "MODULE"}
 
 
 def _eval_keys(help_asked: bool) -> str | None:
@@ -110,7 +112,9 @@ def _parser(help_asked: bool = False) -> argparse.ArgumentParser:
     x.add_argument("--force", action="store_true", help="replace out_dir when it holds an earlier export")
     sub.add_parser("launch", add_help=False,
                    help="run a command in N local processes (popeval launch --help)")
-    sub.add_parser("list-envs", help="registered environment ids", parents=[common])
+    ls = sub.add_parser("list-envs", help="registered environment ids", parents=[common])
+    ls.add_argument("--all", action="store_true",
+                    help="also the ids of every installed suite (brax/ant, craftax/..., jumanji/..., ...)")
     b = sub.add_parser("bench", help="time popeval's fitness path on this machine (popeval.bench)",
                        parents=[common])
     b.add_argument("--env", default="CartPole-v1", help="environment id (default CartPole-v1)")
@@ -191,6 +195,7 @@ def _main(argv: list[str]) -> int:
         msg = _use_compilation_cache()
         if msg and args.command == "evolve":
             log.info(msg)
+    _search_working_directory()
     try:
         if extra and args.command not in _CONFIG_COMMANDS:
             raise ValueError(f"unrecognised arguments: {' '.join(extra)}")
@@ -200,6 +205,18 @@ def _main(argv: list[str]) -> int:
             raise
         print(f"popeval {args.command}: error: {_one_line(e)}", file=sys.stderr)
         return 2
+
+
+def _search_working_directory() -> None:
+    """Lets a config's `env_module` name a module in the current directory, as `python -m popeval`
+    does (the `popeval` script puts its own directory first instead). It is searched last, so a
+    file there never hides an installed package."""
+    try:
+        here = os.getcwd()
+    except OSError:  # the current directory was removed
+        return
+    if "" not in sys.path and here not in sys.path:
+        sys.path.append(here)
 
 
 def _split_config_keys(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str], list[str]]:
@@ -235,7 +252,7 @@ def _one_line(e: BaseException) -> str:
                 "or a smaller policy (hidden_sizes, conv_channels)")
     if not text:  # `raise SomeError()`: its name is all there is to say
         return f"{type(e).__name__}, without a message (--debug shows the traceback)"
-    if isinstance(e, (ValueError, TypeError, FileNotFoundError, FileExistsError, KeyError)):
+    if isinstance(e, (ValueError, TypeError, FileNotFoundError, FileExistsError, KeyError, ModuleNotFoundError)):
         return text
     return f"{type(e).__name__}: {text[:500]} (--debug shows the traceback)"
 
@@ -422,8 +439,16 @@ def _export(args, extra) -> int:
 
 def _list_envs(args, extra) -> int:
     from popeval.environments import registered_envs
+    from popeval.environments.registry import SUITES, suite_env_ids
 
     print("\n".join(registered_envs))
+    for namespace in SUITES if args.all else ():  # imports each installed suite
+        try:
+            ids = suite_env_ids(namespace)
+        except ModuleNotFoundError as e:  # stderr: stdout stays a list of ids
+            print(f"popeval list-envs: {e}", file=sys.stderr)
+            continue
+        print("\n".join(ids))
     return 0
 
 

@@ -36,11 +36,22 @@ def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
         raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}" + did_you_mean(value, choices))
 
 
+def _check_module_name(name: str | None) -> None:
+    """Refuses an `env_module` that is no dotted module name: a path, or a file name (`my_envs.py`
+    is refused even though a package `my_envs` could hold a module `py`)."""
+    if name is None or (all(part.isidentifier() for part in name.split(".")) and not name.endswith(".py")):
+        return
+    stem = name.removesuffix(".py").replace("/", ".").replace("\\", ".").strip(".")
+    hint = f"; for the file {name} write {stem}" if all(p.isidentifier() for p in stem.split(".")) else ""
+    raise ValueError(f"env_module must name a module as Python imports it (my_pkg.envs), got {name!r}{hint}")
+
+
 @dataclasses.dataclass(frozen=True)
 class EvolveConfig:
     """One experiment: what is evolved, on what, for how long, and the target."""
 
     env_name: str = "CartPole-v1"
+    env_module: str | None = None  # a module that registers env_name when imported (`my_pkg.envs`)
     env_kwargs: dict = dataclasses.field(default_factory=dict)
     num_env_steps: int | None = None
     policy: str = "mlp"  # "mlp" | "cnn" | "lstm" (an LSTM has one hidden size: `hidden_sizes: [n]`)
@@ -79,6 +90,7 @@ class EvolveConfig:
         if len(self.conv_kernel) != 2:
             raise ValueError(f"conv_kernel must be [height, width], got {list(self.conv_kernel)}")
         _check_choice("activation", self.activation, _ACTIVATIONS)
+        _check_module_name(self.env_module)
         if self.num_env_steps is not None and self.num_env_steps < 1:
             raise ValueError(f"num_env_steps must be >= 1 or null, got {self.num_env_steps}")
         if self.pop_size < 2:
@@ -116,6 +128,8 @@ class EvolveConfig:
 #: One line per `EvolveConfig` key (`popeval evolve --help` lists them).
 FIELD_HELP = {
     "env_name": "a registered environment id (popeval list-envs)",
+    "env_module": ("a module to import first, which registers env_name (my_pkg.envs: installed, on PYTHONPATH or in "
+                   "the current directory); the run records it, so eval, render, export and --resume import it too"),
     "env_kwargs": "environment constructor arguments or EnvParams fields, e.g. {max_steps_in_episode: 200}",
     "num_env_steps": "steps per episode (null: the environment's episode limit)",
     "policy": "mlp, cnn (convolutions on image observations, then an MLP) or lstm",

@@ -27,6 +27,7 @@ from flax import struct
 from popeval import compiler, normalization, sharding
 from popeval import keys as keys_lib
 from popeval.environments import make
+from popeval.environments.registry import import_env_module
 from popeval.low_rank import LowRankPopulation
 from popeval.policies import CNNPolicy, LSTMPolicy, MLPPolicy
 from popeval.rollout import RolloutWrapper
@@ -60,7 +61,10 @@ class Run(NamedTuple):
 
 
 def build(config: EvolveConfig) -> Run:
-    """Environment, policy, rollout manager and strategy for a config (nothing is compiled)."""
+    """Environment, policy, rollout manager and strategy for a config (nothing is compiled). The
+    config's `env_module` is imported first: every command that loads a run comes here."""
+    if config.env_module is not None:
+        import_env_module(config.env_module)
     env, env_params = make(config.env_name, **config.env_kwargs)
     head = {"head": config.head, "action_std": config.action_std}
     init_carry = None

@@ -52,8 +52,9 @@ EXPERIMENT = "experiment"  # checkpoint.json's copy of the experiment its config
 
 #: Experiment keys a resumed run may change (extending the budget changes no result so far).
 RESUME_OVERRIDES = ("num_generations",)
-#: Config keys a saved policy may be evaluated with differently (they change no parameter shape).
-EVAL_OVERRIDES = ("env_kwargs", "num_env_steps")
+#: Config keys a saved policy may be evaluated with differently (they change no parameter shape;
+#: `env_module` names the module for a run made where its id was registered in the process).
+EVAL_OVERRIDES = ("env_kwargs", "num_env_steps", "env_module")
 
 
 def read_config(run_dir: str | os.PathLike, overrides: dict | None = None) -> EvolveConfig:

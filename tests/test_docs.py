@@ -45,7 +45,8 @@ def test_every_fence_names_a_language_and_python_is_spelled_one_way():
     """An unlabelled fence, or ```py, would silently escape the test below."""
     for page in PAGES:
         for language, code in fences(page):
-            assert language in ("python", "bash", "text", "yaml"), f"{page}: fence ```{language} before {code[:60]!r}"
+            assert language in ("python", "bash", "text", "yaml", "toml"), \
+                f"{page}: fence ```{language} before {code[:60]!r}"
     assert len(python_blocks("README.md")) >= 3
 
 

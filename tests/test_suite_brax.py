@@ -1,5 +1,6 @@
 """The brax adapter (`popeval.environments.suites.brax`): conformance with brax's own environment, the
-time limit, RolloutWrapper's two paths on it, and the ES script's quick run."""
+time limit, RolloutWrapper's two paths on it, the `brax/<name>` ids of `make`, and a quick
+`popeval evolve` run on one."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 from conftest import read_metrics, subprocess_env
 
-from popeval import MLPPolicy, RolloutWrapper
+from popeval import MLPPolicy, RolloutWrapper, make
 
 ROOT = Path(__file__).resolve().parents[1]
 T = 60  # rollout steps: a zero or random policy drops the pole well before
@@ -57,6 +58,14 @@ def test_spaces_and_name(env):
 def test_unknown_name_is_refused():
     with pytest.raises(ValueError, match="inverted_pendulum"):
         brax_env("inverted_pendulm")
+
+
+def test_make_builds_brax_ids():
+    """`brax/<name>` is any brax.envs name; keyword arguments reach the adapter."""
+    env, params = make("brax/inverted_pendulum", backend="spring", max_steps_in_episode=50)
+    assert (env.name, env.backend, params.max_steps_in_episode) == ("brax/inverted_pendulum", "spring", 50)
+    with pytest.raises(ValueError, match="Did you mean 'brax/inverted_pendulum'"):
+        make("brax/inverted_pendulm")
 
 
 def test_reset_and_step_agree_with_brax(env, reference):
@@ -131,9 +140,9 @@ def test_terminated_episodes_end_early(rollout):
     np.testing.assert_array_equal(fitness.returns, lengths.astype(np.float32))
 
 
-def test_es_script_quick_run(tmp_path):
+def test_evolve_quick_run(tmp_path):
     run_dir = tmp_path / "run"
-    cmd = [sys.executable, "experiments/brax_es.py", "evolve",
+    cmd = [sys.executable, "-m", "popeval", "evolve",
            "--config", "experiments/configs/brax_inverted_pendulum.yaml", "--run_dir", str(run_dir),
            "--wandb", "disabled", "--quiet", "--num_generations=2", "--pop_size=8",
            "--num_rollouts=1", "--num_env_steps=50", "--eval_every=2", "--eval_episodes=2"]

@@ -1,4 +1,4 @@
-"""The adapters of `popeval.environments.suites` (Craftax-Classic, Jumanji, Navix) against the suites.
+"""The adapters of `popeval.environments.suites` (Craftax, Jumanji, Navix, XLand-MiniGrid) against the suites.
 
 For each adapter: reset and raw steps agree with the suite's own environment (same keys, same
 actions, until an episode ends), termination and truncation are told apart, the time limit
@@ -257,6 +257,63 @@ def test_fitness_memory_does_not_grow_with_episode_length(navix_pair):
     assert xla_bytes(200, "population_rollout") > 5 * xla_bytes(10, "population_rollout")
 
 
+# -------------------------------------------------------------------------------- xminigrid
+XMINIGRID_ID = "MiniGrid-Empty-5x5"
+#: Two forward, turn right, two forward: onto the goal at (3, 3).
+XMINIGRID_ROUTE = (0, 0, 1, 0, 0)
+
+
+@pytest.fixture(scope="module")
+def xminigrid_pair():
+    xminigrid = pytest.importorskip("xminigrid", reason="xminigrid is the suites extra: pip install -e '.[suites]'")
+    from popeval.environments import make
+
+    ref, ref_params = xminigrid.make(XMINIGRID_ID, max_steps=20)
+    env, _ = make(f"xminigrid/{XMINIGRID_ID}", max_steps=20)
+    return env, ref, ref_params, jax.jit(ref.reset, static_argnums=0), jax.jit(ref.step, static_argnums=0)
+
+
+@pytest.mark.slow  # xminigrid: the suites extra
+def test_xminigrid_matches_reference(xminigrid_pair):
+    """The route to the goal, each step from the adapter's own state, then a random walk."""
+    env, ref, ref_params, ref_reset, ref_step = xminigrid_pair
+    assert env.default_params.max_steps_in_episode == ref_params.max_steps == 20
+    assert env.action_space().n == 6
+    obs, state = env.reset(jax.random.key(4))
+    np.testing.assert_array_equal(obs, ref_reset(ref_params, jax.random.key(4)).observation)
+    assert bool(env.observation_space().contains(obs))
+    for t, action in enumerate(XMINIGRID_ROUTE, start=1):
+        ts = ref_step(ref_params, state.inner, jnp.int32(action))
+        out = env.step_env(jax.random.key(t), state, jnp.int32(action))
+        end = t == len(XMINIGRID_ROUTE)
+        check_step(out, ts.observation, ts.reward, end, end, False)
+        assert bool(env.observation_space().contains(out[0]))
+        state = out[1]
+    assert float(ts.reward) > 0  # the goal pays
+
+
+@pytest.mark.slow  # xminigrid: the suites extra
+def test_xminigrid_time_limits(xminigrid_pair):
+    env, _, ref_params, ref_reset, ref_step = xminigrid_pair
+    for limit, end in ((3, 3), (40, 20)):  # popeval's limit; xminigrid's max_steps stays 20
+        params = env.default_params.replace(max_steps_in_episode=limit)
+        _, state = env.reset(jax.random.key(0), params)
+        ts = ref_reset(ref_params, jax.random.key(0))
+        for t in range(1, end + 1):
+            action = jnp.int32(1 + t % 2)  # turning on the spot: never the goal
+            ts = ref_step(ref_params, ts, action)
+            out = env.step_env(jax.random.key(t), state, action, params)
+            check_step(out, ts.observation, ts.reward, t == end, False, t == end)
+            state = out[1]
+        assert bool(ts.last()) == (end == 20)  # xminigrid's own truncation
+
+
+@pytest.mark.slow  # xminigrid: the suites extra
+def test_xminigrid_rollouts(xminigrid_pair):
+    env, *_ = xminigrid_pair
+    check_rollouts(env, num_steps=12, short=3)
+
+
 # ---------------------------------------------------------------------------------- Craftax
 #: The observation's light level is a float computed in two programs: equal up to the last bit.
 CRAFTAX_RTOL = 1e-6
@@ -321,3 +378,48 @@ def test_craftax_time_limit(craftax_pair):
 def test_craftax_rollouts(craftax_pair):
     env, _ = craftax_pair
     check_rollouts(env, num_steps=5, short=2)
+
+
+@pytest.fixture(scope="module")
+def craftax_full():
+    """The full game's adapter, craftax's own environment, and its jitted reset and step."""
+    pytest.importorskip("craftax")
+    from craftax.craftax_env import make_craftax_env_from_name
+
+    from popeval.environments.suites import craftax_env
+
+    ref = make_craftax_env_from_name("Craftax-Symbolic-v1", auto_reset=False)
+    return craftax_env("Craftax-Symbolic-v1"), ref, jax.jit(ref.reset), jax.jit(ref.step)
+
+
+@pytest.mark.slow  # the full game's step takes longer still to compile
+def test_craftax_full_game_steps_as_craftax(craftax_full):
+    """Every step from the adapter's own state and with the same key as craftax's step from that
+    state: random play, then death (terminated) and craftax's time limit (truncated here)."""
+    env, ref, ref_reset, ref_step = craftax_full
+    ref_params = ref.default_params
+    assert env.name == "Craftax-Symbolic-v1"
+    assert env.default_params.max_steps_in_episode == ref_params.max_timesteps
+    assert env.action_space().n == ref.num_actions
+    obs, state = env.reset(jax.random.key(3))
+    np.testing.assert_allclose(obs, ref_reset(jax.random.key(3), ref_params)[0], rtol=CRAFTAX_RTOL)
+    rng = np.random.default_rng(3)
+    for t in range(1, 9):
+        action = jnp.int32(rng.integers(ref.num_actions))
+        ref_obs, _, ref_reward, ref_done, _ = ref_step(jax.random.key(t), state.inner, action, ref_params)
+        out = env.step_env(jax.random.key(t), state, action)
+        check_step(out, ref_obs, ref_reward, bool(ref_done), bool(ref_done), False, CRAFTAX_RTOL)
+        assert bool(env.observation_space().contains(out[0]))
+        state = out[1]
+    dead = state.inner.replace(player_health=jnp.zeros_like(state.inner.player_health))
+    ref_obs, _, ref_reward, ref_done, _ = ref_step(jax.random.key(20), dead, jnp.int32(0), ref_params)
+    assert bool(ref_done)
+    check_step(env.step_env(jax.random.key(20), state.replace(inner=dead), jnp.int32(0)),
+               ref_obs, ref_reward, True, True, False, CRAFTAX_RTOL)
+    # Craftax's limit one step away: done there, a truncation here.
+    ref_limit = ref_params.replace(max_timesteps=int(state.inner.timestep) + 1)
+    ref_obs, _, ref_reward, ref_done, info = ref_step(jax.random.key(21), state.inner, jnp.int32(0), ref_limit)
+    assert bool(ref_done) and float(info["discount"]) == 0.0
+    limit = env.default_params.replace(max_steps_in_episode=int(state.time) + 1)
+    check_step(env.step_env(jax.random.key(21), state, jnp.int32(0), limit),
+               ref_obs, ref_reward, True, False, True, CRAFTAX_RTOL)

@@ -20,7 +20,7 @@ from popeval.environments import spaces
 from popeval.environments.registry import did_you_mean
 from popeval.environments.suites.base import SuiteEnv
 
-__all__ = ["BraxEnv", "brax_env"]
+__all__ = ["BraxEnv", "brax_env", "env_names"]
 
 # The fastest pipeline on a CPU where it matters. brax's own vmapped step in a lax.scan (as
 # experiments/brax_throughput.py --backends times it), 2 cores, 64 episodes x 100 steps:
@@ -29,6 +29,13 @@ __all__ = ["BraxEnv", "brax_env"]
 # steps fastest (100k vs 58k generalized, 48k mjx), where any pipeline is fast. mjx is also
 # MuJoCo's own dynamics, the others brax's approximations of it: the default follows ant.
 DEFAULT_BACKEND = "mjx"
+
+
+def env_names() -> list[str] | None:
+    """The names `brax_env` takes (the ids `brax/<name>`): `brax.envs`'s table, or None where
+    brax keeps none."""
+    known = getattr(brax_envs, "_envs", None)  # brax lists its environments nowhere public
+    return None if known is None else sorted(known)
 
 
 class BraxEnv(SuiteEnv):
@@ -46,8 +53,8 @@ class BraxEnv(SuiteEnv):
     def __init__(self, env_name: str, backend: str = DEFAULT_BACKEND, max_steps_in_episode: int = 1000,
                  **kwargs):
         super().__init__(max_steps_in_episode)
-        known = getattr(brax_envs, "_envs", {})
-        if known and env_name not in known:
+        known = env_names()
+        if known is not None and env_name not in known:
             raise ValueError(f"unknown brax environment {env_name!r}{did_you_mean(env_name, known)}; "
                              f"brax has {', '.join(sorted(known))}")
         self.env_name, self.backend = env_name, backend

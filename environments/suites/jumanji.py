@@ -38,7 +38,15 @@ import numpy as np
 from popeval.environments import spaces
 from popeval.environments.suites.base import SuiteEnv
 
-__all__ = ["JumanjiEnv", "jumanji_env"]
+__all__ = ["JumanjiEnv", "env_names", "jumanji_env"]
+
+
+def env_names() -> list[str]:
+    """The ids `jumanji_env` takes (the ids `jumanji/<id>`): jumanji's registry. Only its
+    single-agent environments with a scalar reward can be adapted."""
+    import jumanji
+
+    return sorted(jumanji.registered_environments())
 
 
 def _leaf_space(spec: Any) -> spaces.Space:

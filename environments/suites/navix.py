@@ -24,9 +24,16 @@ import jax.numpy as jnp
 from popeval.environments import spaces
 from popeval.environments.suites.base import SuiteEnv
 
-__all__ = ["NavixEnv", "navix_env"]
+__all__ = ["NavixEnv", "env_names", "navix_env"]
 
 _TERMINATION = 2  # navix's StepType.TERMINATION (1 is TRUNCATION, 0 TRANSITION)
+
+
+def env_names() -> list[str]:
+    """The ids `navix_env` takes (the ids `navix/<id>`): navix's registry."""
+    import navix
+
+    return sorted(navix.registry())
 
 
 def _space(space: Any) -> spaces.Space:

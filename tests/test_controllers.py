@@ -8,7 +8,6 @@ and figure script reads them.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -184,17 +183,18 @@ def test_fresh_figures_reproduce(path):
         assert abs(got[key] - recorded[key]) <= 0.05 * abs(recorded[key]) + 0.1, (key, got[key], recorded[key])
 
 
-def test_eval_cli_lifts_the_training_cap_and_refuses_other_overrides(tmp_path):
-    path = REPO / "experiments" / "controllers" / "breakout_minatar"
-    base = [sys.executable, "-m", "popeval", "eval", str(path), "--episodes", "8"]
-    env = {"POPEVAL_CACHE_DIR": "", "JAX_PLATFORMS": "cpu", "PATH": ""}
-    ok = subprocess.run(base + ["--num_env_steps=20000", "--env_kwargs={}"], capture_output=True,
-                        text=True, cwd=tmp_path, env=env, timeout=600)
-    assert ok.returncode == 0, ok.stderr
-    assert json.loads(ok.stdout)["episodes"] == 8
-    bad = subprocess.run(base + ["--hidden_sizes=[64]"], capture_output=True, text=True, cwd=tmp_path,
-                         env=env, timeout=600)
-    assert bad.returncode == 2 and "hidden_sizes" in bad.stderr, bad.stderr
+def test_eval_cli_lifts_the_training_cap_and_refuses_other_overrides(tmp_path, monkeypatch, capsys):
+    """In-process (`main(argv)`)."""
+    from popeval import cli
+
+    monkeypatch.chdir(tmp_path)
+    base = ["eval", str(REPO / "experiments" / "controllers" / "breakout_minatar"), "--episodes", "8"]
+    assert cli.main(base + ["--num_env_steps=20000", "--env_kwargs={}"]) == 0
+    assert json.loads(capsys.readouterr().out)["episodes"] == 8
+    assert cli.main(base + ["--hidden_sizes=[64]"]) == 2
+    err = capsys.readouterr().err
+    assert "hidden_sizes" in err.strip().splitlines()[-1] and "Traceback" not in err, err
+    assert not any(tmp_path.iterdir())
 
 
 def test_shipped_results_name_no_path_of_the_machine_that_ran_them():

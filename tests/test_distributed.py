@@ -64,10 +64,11 @@ def ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     return proc
 
 
-def test_two_processes_of_two_devices_equal_one_process_of_four(tmp_path):
-    """With `sharded_sampling` (each device draws its own members). Two processes of one
-    device against one of two: `test_a_killed_process_ends_the_run_and_it_resumes`."""
-    processes, devices = 2, 2
+@pytest.mark.parametrize("processes,devices", [(2, 1), pytest.param(2, 2, marks=pytest.mark.slow)])
+def test_processes_of_devices_equal_one_process_of_them_all(tmp_path, processes, devices):
+    """With `sharded_sampling` (each device draws its own members): 2 processes x 1 device
+    against 1 x 2 by default, 2 x 2 against 1 x 4 under `-m slow` (and, resumed across
+    process counts, `test_a_killed_process_ends_the_run_and_it_resumes`)."""
     args = ARGS + ["--sharded_sampling=true"]
     many = ok(launch(processes, devices, args + ["--run_dir=many"], tmp_path))
     ok(popeval(["evolve", *args, "--run_dir=one"], tmp_path, devices=processes * devices))

@@ -135,8 +135,9 @@ def test_cnn_convolutions_as_one_product_equal_laxs(monkeypatch, kernel, channel
     kernel or a population's (vmap), and the same actions on Freeway frames."""
     from popeval import policies
 
-    x = jax.random.normal(jax.random.key(0), (5, 10, 10, 7))
-    rhs = jax.random.normal(jax.random.key(1), (3,) + kernel + (7, channels[0]))
+    rng = np.random.default_rng(0)  # numpy's draws: jax.random's would compile per shape
+    x = jnp.asarray(rng.standard_normal((5, 10, 10, 7)), jnp.float32)
+    rhs = jnp.asarray(rng.standard_normal((3,) + kernel + (7, channels[0])), jnp.float32)
     numbers = ("NHWC", "HWIO", "NHWC")
     lax_conv = jax.vmap(lambda k: jax.lax.conv_general_dilated(x, k, (1, 1), "VALID", dimension_numbers=numbers))
     ours = jax.vmap(lambda k: policies.conv_by_patches(x, k, (1, 1), "VALID", dimension_numbers=numbers))
@@ -144,7 +145,7 @@ def test_cnn_convolutions_as_one_product_equal_laxs(monkeypatch, kernel, channel
     env, env_params = make("Freeway-MinAtar")
     policy = policies.CNNPolicy.for_env(env, conv_channels=channels, kernel_size=kernel, hidden_sizes=(16,))
     variables = policy.init_params(jax.random.key(2), env, env_params)
-    obs = jax.random.bernoulli(jax.random.key(3), 0.15, (256, 10, 10, 7))
+    obs = jnp.asarray(rng.random((256, 10, 10, 7)) < 0.15)
     act = lambda: jax.jit(jax.vmap(lambda o: policy.apply(variables, o)))(obs)  # noqa: E731  (traced per call)
     actions = act()
     monkeypatch.setattr(policies, "conv_by_patches", jax.lax.conv_general_dilated)

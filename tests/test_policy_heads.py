@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from popeval import RolloutWrapper
+from popeval import RolloutWrapper, compiler
 from popeval.environments import make
 from popeval.policies import CNNPolicy, LSTMPolicy, MLPPolicy, ParamReshaper, action_head
 from popeval.strategies import EvolveConfig, RunOptions, evolve
@@ -95,7 +95,8 @@ def test_cnn_policy_on_minatar():
 
 def _population(policy, env, params, size):
     keys = jax.random.split(jax.random.key(4), size)
-    return jax.jit(jax.vmap(lambda k: policy.init_params(k, env, params)))(keys)
+    # popeval's options: quicker to compile than XLA's defaults, the same parameters bit for bit.
+    return jax.jit(jax.vmap(lambda k: policy.init_params(k, env, params)), compiler_options=compiler.options())(keys)
 
 
 @pytest.mark.parametrize("env_id,cls,kwargs,steps", [

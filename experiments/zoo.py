@@ -39,7 +39,10 @@ FRESH_EPISODES, FRESH_PER_EVAL_EPISODE, FRESH_MAX = 4096, 16, 65536
 
 
 def controllers() -> list[Path]:
-    return sorted(p for p in CONTROLLERS.iterdir() if (p / "config.json").is_file())
+    """The zoo's controllers: those of popeval's own environments (a suite's, such as
+    `craftax/...`, have results of their own: experiments/craftax_eval.py)."""
+    found = (p for p in CONTROLLERS.iterdir() if (p / "config.json").is_file())
+    return sorted(p for p in found if "/" not in json.loads((p / "config.json").read_text())["env_name"])
 
 
 def reference(stem: str) -> tuple[float | None, str]:

@@ -214,3 +214,60 @@ def test_quick_cnn_benchmark_times_both_convolutions(tmp_path):
     assert set(rows) == {"one product", "lax conv", "mlp 32"} and rows["lax conv"]["vs_lax"] == 1.0
     assert all(r["time_s"] > 0 and r["env_steps"] > 0 for r in rows.values())
     assert rows["one product"]["vs_lax"] == rows["lax conv"]["time_s"] / rows["one product"]["time_s"]
+
+
+class _Countdown:
+    """A suite-like environment with its own auto-reset: an episode lasts its reset's counter
+    (1-5 steps), reward 1 a step; `apply` is the policy (the action is ignored)."""
+
+    @staticmethod
+    def reset(key):
+        count = jax.random.randint(key, (), 1, 6)
+        return count.astype(np.float32)[None], count
+
+    def step(self, key, count, action):
+        count = count - 1
+        done = count == 0
+        fresh_obs, fresh = self.reset(key)
+        count = jax.numpy.where(done, fresh, count)
+        return jax.numpy.where(done, fresh_obs, count.astype(np.float32)[None]), count, jax.numpy.float32(1.0), done
+
+    @staticmethod
+    def apply(params, obs, key):
+        return obs[0] * params
+
+
+def test_peer_scan_counts_the_first_episode_only():
+    """The suites benchmark's peer program: an auto-resetting suite's rewards summed until the
+    first `done`, however many episodes the scan runs after it; every member and episode apart."""
+    from benchmarks import suites
+
+    env = _Countdown()
+    fn = jax.jit(suites.peer_scan(env.reset, env.step, env, num_steps=12))
+    keys = jax.random.split(jax.random.key(3), 4)
+    returns, lengths = fn(keys, np.ones(3, np.float32), None)
+    first = np.array([int(env.reset(jax.random.split(k)[0])[1]) for k in keys])
+    assert returns.shape == lengths.shape == (3, 4)
+    np.testing.assert_array_equal(lengths, np.broadcast_to(first, (3, 4)))
+    np.testing.assert_array_equal(returns, lengths)
+
+
+@pytest.mark.slow
+def test_quick_suites_benchmark_runs_every_row(tmp_path):
+    """`benchmark.py suites --quick` on navix and jumanji: popeval's fitness, the fused limit
+    and the suite's own scan each run; popeval and the fused limit play the same episodes (the
+    suites draw no randomness after the reset), so their live steps agree."""
+    pytest.importorskip("navix")
+    pytest.importorskip("jumanji")
+    from benchmarks import suites
+
+    out = tmp_path / "suites.json"
+    assert suites.main(["--quick", "--workloads", "Navix Empty-8x8 random", "Jumanji Snake random",
+                        "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["results"]
+    for workload in ("Navix Empty-8x8 random", "Jumanji Snake random"):
+        got = {r["impl"]: r for r in rows if r["workload"] == workload}
+        assert set(got) == {"popeval fitness", "fused limit", "suite scan"}
+        assert got["popeval fitness"]["live_steps"] == got["fused limit"]["live_steps"] > 0
+        assert got["suite scan"]["speedup_vs_peer"] == 1.0
+        assert all(r["time_s"] > 0 and r["max_length"] <= suites.QUICK["num_env_steps"] for r in got.values())

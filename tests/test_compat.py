@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import sweep
 
 from popeval import RolloutWrapper
 from popeval.environments import REGISTRY, make, register, registered_envs, render
@@ -31,7 +32,7 @@ def first_steps(env, params, n=20, seed=0):
     return jax.device_get(out)
 
 
-@pytest.mark.parametrize("env_id", MINATAR)
+@pytest.mark.parametrize("env_id", sweep(MINATAR))  # Breakout by default, every game under slow
 def test_minatar_preset_is_gymnax_variant(env_id):
     env, params = make(env_id, compat="gymnax")
     plain, plain_params = make(env_id, sticky_action_prob=0.0)

@@ -140,8 +140,8 @@ def fused_limit(env: Any, policy: MLPPolicy, num_steps: int, devices: int = 1) -
     Policy and environment fused in one `lax.scan` of `num_steps` steps per chunk of members
     (`layouts.trajectories`: on a CPU chunks of `LIMIT_CHUNK_EPISODES`, where one scan of all
     members was up to 10% slower; elsewhere popeval's accelerator layout, one chunk): no early exit,
-    no per-step keys (every `step_env` gets the key `jax.random.key(0)`), one batched matmul per
-    layer and member over its `B` episodes. The episodes start from popeval's reset keys
+    no per-step keys (every `step_env`, and a sampled policy head, gets the key `jax.random.key(0)`),
+    one batched matmul per layer and member over its `B` episodes. The episodes start from popeval's reset keys
     (`keys.split_episode`): in an environment that draws no randomness after its reset they are
     popeval's. The lengths depend on every step's `done` (a program returning only CartPole's summed
     reward, 1 per step, would let XLA drop the environment)."""
@@ -152,7 +152,7 @@ def fused_limit(env: Any, policy: MLPPolicy, num_steps: int, devices: int = 1) -
 
         def body(carry, _):
             obs, state, ret, length, alive = carry
-            obs, state, reward, done, _ = env.step_env(fixed, state, policy.apply(params, obs), env_params)
+            obs, state, reward, done, _ = env.step_env(fixed, state, policy.apply(params, obs, fixed), env_params)
             ret = ret + jnp.where(alive, reward, 0.0)
             return (obs, state, ret, length + alive.astype(jnp.int32), alive & ~done), None
 

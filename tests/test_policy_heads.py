@@ -130,7 +130,7 @@ def test_sampled_heads_in_rollouts(env_id, cls, kwargs, steps):
     assert not np.array_equal(np.asarray(greedy.population_rollout(keys, pop)[1]), np.asarray(traj[1]))
 
 
-def test_config_builds_and_refuses_policies(tmp_path):
+def test_config_builds_and_refuses_policies():
     run = build(EvolveConfig(env_name="Asterix-MinAtar", policy="cnn", conv_channels=(4,), hidden_sizes=(8,),
                              head="sampled", conv_kernel=(2, 10)))
     assert isinstance(run.policy, CNNPolicy) and run.policy.head == "sampled" and run.policy.conv_channels == (4,)
@@ -149,7 +149,12 @@ def test_config_builds_and_refuses_policies(tmp_path):
                        ({"conv_pool": "avg"}, r"conv_pool must be one of \['none', 'max'\]")]:
         with pytest.raises(ValueError, match=match):
             EvolveConfig(**bad)
-    # A short run with a sampled CNN evolves and saves its settings.
+
+
+@pytest.mark.slow
+def test_a_sampled_cnn_evolves_from_its_config(tmp_path):
+    """A short run with a sampled CNN evolves (by default the Breakout controller's replay builds
+    a CNN run from its config)."""
     config = EvolveConfig(env_name="Breakout-MinAtar", policy="cnn", conv_channels=(4,), hidden_sizes=(8,),
                           head="sampled", strategy="snes", pop_size=8, num_rollouts=1, num_generations=2,
                           num_env_steps=50, eval_every=2, eval_episodes=2)

@@ -66,6 +66,7 @@ WORKLOADS = {
     "Craftax-Classic evolved": Workload("craftax/Craftax-Classic-Symbolic-v1", 8, 4, 10_000, "craftax", True),
     "Craftax random": Workload("craftax/Craftax-Symbolic-v1", 4, 4, 10_000, "craftax"),
     "Brax inverted_pendulum random": Workload("brax/inverted_pendulum", 64, 4, 1000, "brax"),
+    "Brax hopper random": Workload("brax/hopper", 16, 4, 1000, "brax"),
     "Jumanji Snake random": Workload("jumanji/Snake-v1", 32, 4, 4000, "jumanji"),
     "Navix Empty-8x8 random": Workload("navix/Navix-Empty-8x8-v0", 64, 4, 256, "navix"),
 }

@@ -15,9 +15,11 @@ episodes, episodes up to `T` steps) and return each episode's return and length:
   - Brax, Jumanji, Navix: `suite scan`, `vmap` of the suite's own auto-resetting step
     (`brax.envs.create`, jumanji's `AutoResetWrapper`, navix's `step`) in a `lax.scan`.
 
-Workloads named `... evolved` evaluate a population around a trained controller (a run
-directory: its mean policy, each member with Gaussian noise of `EVOLVED_NOISE` on every
-weight); the others a fresh population of the same architecture. Live steps count only the
+Workloads named `... evolved` evaluate a population around a trained controller (`--evolved`
+run directories, each for its environment's workload; the shipped Craftax-Classic controller by
+default, so the full game's evolved workload needs a run of its own): its mean policy, each
+member with Gaussian noise of `EVOLVED_NOISE` on every weight. The others evaluate a fresh
+population (an MLP of 64 ReLU units). Live steps count only the
 steps before each episode's `done`; every row's steps/s is live steps over its time.
 Needs the suites extra (`pip install 'popeval[suites]'`); a suite that is not installed is skipped.
 """
@@ -47,7 +49,7 @@ from popeval.policies import MLPPolicy
 from popeval.rollout import RolloutWrapper
 
 REPO = Path(__file__).resolve().parents[2]
-#: The trained controller of the `... evolved` workloads (`--evolved` changes it).
+#: The trained controller of the Craftax-Classic evolved workload (`--evolved` adds or changes it).
 CONTROLLER = REPO / "experiments" / "controllers" / "craftax_classic"
 EVOLVED_NOISE = 0.01
 
@@ -65,6 +67,7 @@ WORKLOADS = {
     "Craftax-Classic random": Workload("craftax/Craftax-Classic-Symbolic-v1", 8, 4, 10_000, "craftax"),
     "Craftax-Classic evolved": Workload("craftax/Craftax-Classic-Symbolic-v1", 8, 4, 10_000, "craftax", True),
     "Craftax random": Workload("craftax/Craftax-Symbolic-v1", 4, 4, 10_000, "craftax"),
+    "Craftax evolved": Workload("craftax/Craftax-Symbolic-v1", 4, 4, 10_000, "craftax", True),
     "Brax inverted_pendulum random": Workload("brax/inverted_pendulum", 64, 4, 1000, "brax"),
     "Brax hopper random": Workload("brax/hopper", 16, 4, 1000, "brax"),
     "Jumanji Snake random": Workload("jumanji/Snake-v1", 32, 4, 4000, "jumanji"),
@@ -174,15 +177,19 @@ def peer_program(name: str, env: Any, policy: MLPPolicy, num_steps: int) -> tupl
     return "suite scan", peer_scan(*peers[name](), policy, num_steps)
 
 
-def population(workload: Workload, controller: Path) -> tuple[Any, Any, MLPPolicy, Any]:
+def controller_of(env_id: str, runs: list[Path]) -> Path | None:
+    """The first of `runs` (run directories or controllers) that evolved on `env_id`."""
+    from popeval.strategies.run_dir import read_config
+
+    return next((run for run in runs if read_config(run).env_name == env_id), None)
+
+
+def population(workload: Workload, controller: Path | None) -> tuple[Any, Any, MLPPolicy, Any]:
     """`(env, env_params, policy, pop_params)`: a fresh MLP population (key 0), or for an evolved
     workload the controller's mean policy with noise (the controller's architecture)."""
     if workload.evolved:
         from popeval.strategies import load_policy
-        from popeval.strategies.run_dir import read_config
 
-        if read_config(controller).env_name != workload.env_id:
-            raise ValueError(f"{controller} is not a controller of {workload.env_id}")
         saved = load_policy(controller, "mean")
         noise = jax.random.split(jax.random.key(2), len(jax.tree.leaves(saved.params)))
         pop = [x + EVOLVED_NOISE * jax.random.normal(k, (workload.pop_size,) + x.shape, x.dtype)
@@ -195,7 +202,8 @@ def population(workload: Workload, controller: Path) -> tuple[Any, Any, MLPPolic
     return env, env_params, policy, init(jax.random.split(jax.random.key(0), workload.pop_size))
 
 
-def bench(name: str, workload: Workload, repeats: int, controller: Path, log: Callable[[str], None]) -> list[dict]:
+def bench(name: str, workload: Workload, repeats: int, controller: Path | None,
+          log: Callable[[str], None]) -> list[dict]:
     """The rows of one workload: every program compiled and warmed up, then timed in turns."""
     env, env_params, policy, pop_params = population(workload, controller)
     keys = jax.random.split(jax.random.key(1), workload.num_rollouts)
@@ -251,8 +259,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--workloads", nargs="+", default=None, choices=list(WORKLOADS), metavar="WORKLOAD",
                    help=f"default: all ({'; '.join(WORKLOADS)})")
     p.add_argument("--repeats", type=int, default=3, help="timed calls per row, median reported (default 3)")
-    p.add_argument("--evolved", type=Path, default=CONTROLLER,
-                   help="the run directory or controller of the evolved workloads (default: the shipped one)")
+    p.add_argument("--evolved", type=Path, nargs="+", default=[CONTROLLER], metavar="RUN_DIR",
+                   help="run directories or controllers for the evolved workloads, each used for the workload of "
+                        "its environment (default: the shipped Craftax-Classic controller)")
     p.add_argument("--out", default="bench_results/suites.json", help="JSON output path")
     return p.parse_args(argv)
 
@@ -265,20 +274,22 @@ def main(argv: list[str]) -> int:
     rows, skipped = [], []
     for name in args.workloads or WORKLOADS:
         workload = WORKLOADS[name]
-        if importlib.util.find_spec(PACKAGES[workload.suite]) is None:
+        controller = controller_of(workload.env_id, args.evolved) if workload.evolved else None
+        if importlib.util.find_spec(PACKAGES[workload.suite]) is None or (workload.evolved and controller is None):
             skipped.append(name)
             continue
         if args.quick:
             workload = workload._replace(**QUICK)
         rows.extend({**row, "load_before": os.getloadavg()[0]}
-                    for row in bench(name, workload, 1 if args.quick else args.repeats, args.evolved, log))
+                    for row in bench(name, workload, 1 if args.quick else args.repeats, controller, log))
     load_end = os.getloadavg()
     print(format_table(rows))
     if skipped:
-        print(f"skipped (suite not installed: pip install 'popeval[suites]'): {', '.join(skipped)}")
+        print(f"skipped (suite not installed, pip install 'popeval[suites]', or no --evolved run of its "
+              f"environment): {', '.join(skipped)}")
     print(f"load average at end: {load_end[0]:.2f} (on {os.cpu_count()} cores)")
     report = {"config": {"quick": args.quick, "repeats": args.repeats, "hidden_sizes": list(HIDDEN),
-                         "evolved": str(args.evolved), "evolved_noise": EVOLVED_NOISE},
+                         "evolved": [str(p) for p in args.evolved], "evolved_noise": EVOLVED_NOISE},
               "machine": {"jax": jax.__version__, "backend": jax.default_backend(), "cpu_count": os.cpu_count(),
                           "platform": platform.platform(), "load_average_start": load_start,
                           "load_average_end": load_end},

@@ -205,3 +205,21 @@ def test_eval_cli_lifts_the_training_cap_and_refuses_other_overrides(tmp_path, m
 def test_shipped_results_name_no_path_of_the_machine_that_ran_them():
     for controller in CONTROLLERS:
         assert "run_dir" not in json.loads((controller / "result.json").read_text()), controller
+
+
+@pytest.mark.slow
+def test_craftax_eval_plays_popeval_eval_s_episodes(tmp_path, capsys):
+    """`experiments/craftax_eval.py`: the controller's reward on the fresh episodes is `popeval
+    eval --num_env_steps=10000`'s, and it counts achievements beside it (random play's too)."""
+    pytest.importorskip("craftax")
+    import craftax_eval
+
+    from popeval import cli
+
+    controller = REPO / "experiments" / "controllers" / "craftax_classic"
+    assert craftax_eval.main([str(controller), "--episodes", "4", "--out", str(tmp_path / "out.json")]) == 0
+    random, played = json.loads((tmp_path / "out.json").read_text())["results"]
+    capsys.readouterr()
+    assert cli.main(["eval", str(controller), "--episodes", "4", "--num_env_steps=10000"]) == 0
+    assert abs(json.loads(capsys.readouterr().out)["mean_return"] - played["mean_reward"]) < 1e-4
+    assert random["policy"] == "random" and random["mean_achievements"] > 0 and played["mean_achievements"] > 0

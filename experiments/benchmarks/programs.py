@@ -118,13 +118,14 @@ def trained_cartpole(policy: MLPPolicy, template: Any, pop_size: int, seed: int 
     return {"params": out}
 
 
-def population(workload: str, pop_size: int, num_env_steps: int | None = None) -> Population:
-    """The workload's environment, an MLP 2x32 policy and `pop_size` members' parameters
-    (random initialisation with key 0, or `trained_cartpole` for `TRAINED`)."""
+def population(workload: str, pop_size: int, num_env_steps: int | None = None,
+               hidden_sizes: tuple[int, ...] = HIDDEN) -> Population:
+    """The workload's environment, an MLP policy (tanh, `hidden_sizes`: 2x32) and `pop_size`
+    members' parameters (random initialisation with key 0, or `trained_cartpole` for `TRAINED`)."""
     trained = workload == TRAINED
     env_id = "CartPole-v1" if trained else workload
     env, env_params = make(env_id)
-    policy = MLPPolicy.for_env(env, env_params, hidden_sizes=HIDDEN)
+    policy = MLPPolicy.for_env(env, env_params, hidden_sizes=hidden_sizes)
     if trained:
         pop_params = trained_cartpole(policy, policy.init_params(jax.random.key(0), env, env_params), pop_size)
     else:

@@ -19,7 +19,7 @@ Workloads named `... evolved` evaluate a population around a trained controller 
 run directories, each for its environment's workload; the shipped Craftax-Classic controller by
 default, so the full game's evolved workload needs a run of its own): its mean policy, each
 member with Gaussian noise of `EVOLVED_NOISE` on every weight. The others evaluate a fresh
-population (an MLP of 64 ReLU units). Live steps count only the
+population (an MLP of 64 tanh units, greedy). Live steps count only the
 steps before each episode's `done`; every row's steps/s is live steps over its time.
 Needs the suites extra (`pip install 'popeval[suites]'`); a suite that is not installed is skipped.
 """
@@ -34,6 +34,7 @@ import platform
 import statistics
 import sys
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -44,7 +45,7 @@ import numpy as np
 from benchmarks import programs as bp
 from benchmarks.checks import time_interleaved
 from benchmarks.run import prepare
-from popeval import compiler, make
+from popeval import compiler
 from popeval.policies import MLPPolicy
 from popeval.rollout import RolloutWrapper
 
@@ -59,7 +60,7 @@ class Workload(NamedTuple):
     pop_size: int
     num_rollouts: int
     num_env_steps: int
-    suite: str  # which peer program: craftax, brax, jumanji or navix
+    suite: str  # the suite's package, which also names the peer program: craftax, brax, jumanji or navix
     evolved: bool = False
 
 
@@ -75,10 +76,7 @@ WORKLOADS = {
 }
 #: --quick: the same programs, small (a check that every row runs, not a timing).
 QUICK = {"pop_size": 4, "num_rollouts": 2, "num_env_steps": 64}
-HIDDEN = (64,)
-PACKAGES = {"craftax": "craftax", "brax": "brax", "jumanji": "jumanji", "navix": "navix"}
-
-
+HIDDEN = (64,)  # the fresh populations' MLP (tanh)
 def _craftax_peer(env: Any) -> tuple[Callable, Callable]:
     """craftax's own auto-resetting env (gymnax's API): `reset(key)`, `step(key, state, action)`."""
     from craftax.craftax_env import make_craftax_env_from_name
@@ -185,21 +183,20 @@ def controller_of(env_id: str, runs: list[Path]) -> Path | None:
 
 
 def population(workload: Workload, controller: Path | None) -> tuple[Any, Any, MLPPolicy, Any]:
-    """`(env, env_params, policy, pop_params)`: a fresh MLP population (key 0), or for an evolved
-    workload the controller's mean policy with noise (the controller's architecture)."""
-    if workload.evolved:
-        from popeval.strategies import load_policy
+    """`(env, env_params, policy, pop_params)`: a fresh population (`benchmarks.programs.population`
+    with `HIDDEN`), or for an evolved workload the controller's mean policy with noise (the
+    controller's architecture)."""
+    if not workload.evolved:
+        pop = bp.population(workload.env_id, workload.pop_size, workload.num_env_steps, HIDDEN)
+        return pop.env, pop.env_params, pop.policy, pop.pop_params
+    from popeval.strategies import load_policy
 
-        saved = load_policy(controller, "mean")
-        noise = jax.random.split(jax.random.key(2), len(jax.tree.leaves(saved.params)))
-        pop = [x + EVOLVED_NOISE * jax.random.normal(k, (workload.pop_size,) + x.shape, x.dtype)
-               for x, k in zip(jax.tree.leaves(saved.params), noise)]
-        run = saved.run
-        return run.env, run.env_params, run.policy, jax.tree.unflatten(jax.tree.structure(saved.params), pop)
-    env, env_params = make(workload.env_id)
-    policy = MLPPolicy.for_env(env, env_params, hidden_sizes=HIDDEN)
-    init = jax.jit(jax.vmap(lambda k: policy.init_params(k, env, env_params)))
-    return env, env_params, policy, init(jax.random.split(jax.random.key(0), workload.pop_size))
+    saved = load_policy(controller, "mean")
+    leaves, treedef = jax.tree.flatten(saved.params)
+    noise = jax.random.split(jax.random.key(2), len(leaves))
+    pop = [x + EVOLVED_NOISE * jax.random.normal(k, (workload.pop_size,) + x.shape, x.dtype)
+           for x, k in zip(leaves, noise)]
+    return saved.run.env, saved.run.env_params, saved.run.policy, jax.tree.unflatten(treedef, pop)
 
 
 def bench(name: str, workload: Workload, repeats: int, controller: Path | None,
@@ -268,14 +265,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    log = partial(print, file=sys.stderr, flush=True)
     load_start = os.getloadavg()
     print(f"load average at start: {load_start[0]:.2f} (on {os.cpu_count()} cores)", flush=True)
     rows, skipped = [], []
     for name in args.workloads or WORKLOADS:
         workload = WORKLOADS[name]
         controller = controller_of(workload.env_id, args.evolved) if workload.evolved else None
-        if importlib.util.find_spec(PACKAGES[workload.suite]) is None or (workload.evolved and controller is None):
+        if importlib.util.find_spec(workload.suite) is None or (workload.evolved and controller is None):
             skipped.append(name)
             continue
         if args.quick:

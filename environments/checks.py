@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 import typing
 from typing import Any
 
@@ -74,12 +75,13 @@ def flag(default: bool):
 
 
 def _env_id(params_cls: type) -> str | None:
-    """The registered id whose environment's `default_params` is annotated `params_cls`."""
-    from .registry import REGISTRY  # the table imports every environment module
-
-    for env_id, ctor in REGISTRY.items():
-        fget = getattr(getattr(ctor, "default_params", None), "fget", None)
-        if fget is None:
+    """The id of the environment class whose `default_params` is annotated `params_cls`: a class
+    with its own `env_id` in the module that defines `params_cls` (one environment per file)."""
+    module = sys.modules.get(params_cls.__module__)
+    for cls in list(vars(module).values()) if module else ():
+        env_id = vars(cls).get("env_id") if isinstance(cls, type) else None
+        fget = getattr(getattr(cls, "default_params", None), "fget", None)
+        if env_id is None or fget is None:
             continue
         try:
             hints = typing.get_type_hints(fget)

@@ -153,6 +153,10 @@ class Environment(Generic[TEnvState, TEnvParams]):
     #: for environments whose limit is practical.
     default_rollout_steps: int | None = None
 
+    #: The id `make` knows this class by (`"CartPole-v1"`), set in each environment's own class;
+    #: `registry.register` sets it on a user's class that has none. `name` reads it.
+    env_id: str | None = None
+
     def __init_subclass__(cls, **kwargs: Any):
         """Adapts a subclass whose `reset_env` / `step_env` are gymnax's raw methods (its own,
         or a mixin's): each is wrapped once, in the class that brings it, by popeval's public
@@ -214,10 +218,8 @@ class Environment(Generic[TEnvState, TEnvParams]):
     # ----------------------------------------------------------------- shared API
     @property
     def name(self) -> str:
-        """The id this class is registered under (`make`'s table), else the class name."""
-        from .registry import REGISTRY  # the table imports every environment module
-
-        return next((env_id for env_id, cls in REGISTRY.items() if cls is type(self)), type(self).__name__)
+        """The class's own `env_id` (a subclass does not inherit it), else the class name."""
+        return vars(type(self)).get("env_id") or type(self).__name__
 
     @property
     def num_actions(self) -> int:

@@ -6,7 +6,6 @@ entry points (`load_entry_points`, when `make` is asked for an id it does not kn
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import importlib
 import importlib.util
@@ -14,7 +13,7 @@ import inspect
 import logging
 import sys
 import unicodedata
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from importlib import metadata
 from typing import Any, NamedTuple
 
@@ -31,6 +30,7 @@ from .bsuite import (
 from .checks import check_default_params
 from .classic_control import Acrobot, CartPole, MountainCar, MountainCarContinuous, Pendulum
 from .environment import Environment
+from .hints import close_matches, did_you_mean
 from .minatar import Asterix, Breakout, Freeway, Seaquest, SpaceInvaders
 from .misc import (
     BernoulliBandit,
@@ -49,7 +49,8 @@ __all__ = ["ENTRY_POINT_GROUP", "REGISTRY", "SUITES", "Suite", "close_matches", 
 
 log = logging.getLogger("popeval")
 
-#: Environment id -> constructor. The single source of truth for `make`, the CLI and tests.
+#: Environment id -> constructor. The single source of truth for `make`, the CLI and tests. Each
+#: class carries its own id as `env_id` (so no environment module imports this table).
 REGISTRY: dict[str, Callable[..., Environment]] = {
     # classic control (gymnasium 1.x)
     "CartPole-v1": CartPole,
@@ -134,6 +135,8 @@ def register(env_id: str, factory: Callable[..., Environment]) -> None:
                          f"{_describe(REGISTRY[env_id])}; ids are never replaced, pick another id")
     if not callable(factory):
         raise TypeError(f"register({env_id!r}, factory): factory must be callable, got {factory!r}")
+    if isinstance(factory, type) and issubclass(factory, Environment) and vars(factory).get("env_id") not in REGISTRY:
+        factory.env_id = env_id  # its `name`: the first of its ids that is still registered
     REGISTRY[env_id] = factory
     registered_envs.append(env_id)
 
@@ -193,21 +196,6 @@ def suite_env_ids(namespace: str) -> list[str]:
         ModuleNotFoundError: the suite is not installed (naming the extra that brings it).
     """
     return [f"{namespace}/{name}" for name in _suite_module(namespace, f"{namespace}/...").env_names() or ()]
-
-
-def close_matches(name: str, choices: Iterable[str], n: int = 1, cutoff: float = 0.6) -> list[str]:
-    """The up to `n` choices closest to `name` (difflib's ratio >= `cutoff`), best first."""
-    return difflib.get_close_matches(name, list(choices), n=n, cutoff=cutoff)
-
-
-def did_you_mean(name: str, choices: Iterable[str]) -> str:
-    """A hint naming the closest of `choices` to `name` (difflib's default cutoff, 0.6).
-
-    Returns:
-        `" (did you mean 'X'?)"`, or `""` when no choice is close.
-    """
-    close = close_matches(name, choices)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def make(env_id: str, compat: str | None = None, **kwargs: Any) -> tuple[Environment, Any]:
@@ -347,8 +335,10 @@ def _import_hint(name: str, error: Exception) -> str:
 
 def _forget(env_ids: list[str]) -> None:
     for env_id in env_ids:
-        REGISTRY.pop(env_id, None)
+        factory = REGISTRY.pop(env_id, None)
         registered_envs.remove(env_id)
+        if isinstance(factory, type) and vars(factory).get("env_id") == env_id:
+            del factory.env_id  # `register` set it: its `name` is its class name again
 
 
 def load_entry_points() -> list[str]:

@@ -5,7 +5,7 @@
 Each member is the mean policy plus a rank-`r` perturbation of every weight matrix (EGGROLL,
 Sarkar et al., arXiv 2511.16652): `manager.population_fitness(keys, population)` draws the
 members' factors inside the evaluation and runs every layer as one product with the shared
-mean plus each member's rank-`r` correction; the update (`popeval.strategies.eggroll.gradient`,
+mean plus each member's rank-`r` correction; the update (`popeval.strategies.algorithms.eggroll.gradient`,
 what `strategy: eggroll` uses) redraws the same factors and weights them by the members' centred
 ranks (docs/rollouts.md, "Low-rank populations").
 """
@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 from popeval import MLPPolicy, RolloutWrapper, compiler, make
 from popeval.low_rank import LowRankPopulation
-from popeval.strategies.eggroll import gradient
+from popeval.strategies.algorithms.eggroll import gradient
 
 
 def main(argv=None):

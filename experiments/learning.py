@@ -10,7 +10,7 @@ each, one run after another, and prints a markdown table (median and range over 
 A row's return is the run's final evaluation of the mean policy (its config's `eval_episodes`
 episodes, 64 here); its target is the config's (Breakout: a population mean fitness of 5), and
 the wall time to it counts from the run's start, compilation included. OpenAI-ES is evosax's
-`Open_ES`; EGGROLL is `popeval.strategies.eggroll` at rank 1, and at rank 4, with the same
+`Open_ES`; EGGROLL is `popeval.strategies.algorithms.eggroll` at rank 1, and at rank 4, with the same
 sigma, learning rate and optimizer (Adam). Both start from the same policy parameters (the
 seed's).
 """

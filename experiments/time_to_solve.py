@@ -129,7 +129,7 @@ def compile_options(repeats: int = 1, generations: int = 40) -> list[dict]:
 
     from popeval import compiler, sharding
     from popeval.strategies import load_config
-    from popeval.strategies.programs import build, generation_step, init_fn
+    from popeval.strategies.run.programs import build, generation_step, init_fn
 
     def cpu():
         usage = resource.getrusage(resource.RUSAGE_SELF)

@@ -41,7 +41,7 @@ log = logging.getLogger("popeval")
 def _config_keys(help_asked: bool) -> str | None:
     if not help_asked:  # importing the strategies costs a second: only for --help
         return None
-    from popeval.strategies.config import describe_fields
+    from popeval.strategies.run.config import describe_fields
 
     return ("config keys (in the YAML file, or --key=value or --key value in YAML syntax, e.g. --pop_size 128 "
             "'--strategy_kwargs={learning_rate: 0.03}'):\n" + describe_fields())
@@ -58,8 +58,8 @@ def _eval_keys(help_asked: bool) -> str | None:
     """`eval`'s and `render`'s help on the config keys they take (`EVAL_OVERRIDES`)."""
     if not help_asked:
         return None
-    from popeval.strategies.config import FIELD_HELP
-    from popeval.strategies.run_dir import EVAL_OVERRIDES
+    from popeval.strategies.run.config import FIELD_HELP
+    from popeval.strategies.run.run_dir import EVAL_OVERRIDES
 
     flags = {k: f"--{k}={_METAVARS.get(k, 'VALUE')}" for k in EVAL_OVERRIDES}
     return ("how the policy plays (config keys, --key=value or --key value in YAML syntax; default: the run's own; "
@@ -342,7 +342,7 @@ def _evolve(args, extra) -> int:
     if joined and distributed.process_index() == 0:
         log.info(joined)
     from popeval.strategies import RunOptions, evolve, load_config, parse_overrides
-    from popeval.strategies.run_dir import read_config
+    from popeval.strategies.run.run_dir import read_config
 
     os.environ.setdefault("WANDB_SILENT", "true")
     options = RunOptions(run_dir=args.run_dir, resume=args.resume, wandb=args.wandb,
@@ -403,7 +403,7 @@ def _fresh_episodes(args, extra):
 
 def _run_episodes(args, extra):
     """The run's final evaluation again: its program, its episodes, the mean and best policies
-    as rows 0 and 1 (`strategies.programs.policies_eval_fn`)."""
+    as rows 0 and 1 (`strategies.run.programs.policies_eval_fn`)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -411,8 +411,8 @@ def _run_episodes(args, extra):
     from popeval import compiler
     from popeval import keys as keys_lib
     from popeval.strategies import load_policy, parse_overrides
-    from popeval.strategies.programs import policies_eval_fn
-    from popeval.strategies.run_dir import read_config
+    from popeval.strategies.run.programs import policies_eval_fn
+    from popeval.strategies.run.run_dir import read_config
 
     if args.episodes is not None or args.seed is not None:
         raise ValueError("--episodes_from_run plays the run's own episodes (its config's eval_episodes "
@@ -430,7 +430,7 @@ def _run_episodes(args, extra):
 
 
 def _export(args, extra) -> int:
-    from popeval.strategies.run_dir import export_policy
+    from popeval.strategies.run.run_dir import export_policy
 
     signals.now_writing()
     print(export_policy(args.run_dir, args.out_dir, force=args.force))

@@ -26,11 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
-
-try:  # whether no trace is active (JAX has no public name for it)
-    from jax._src.core import trace_state_clean as _trace_state_clean
-except ImportError:  # pragma: no cover - another JAX: traced arguments still tell
-    _trace_state_clean = None
+import jax.numpy as jnp
 
 __all__ = ["options", "jit", "CPU_OPTIONS"]
 
@@ -51,10 +47,11 @@ def options() -> dict[str, Any]:
 
 
 def _tracing(args: Any) -> bool:
-    """Whether this call is part of another program being traced (`jit`, `vmap`, `grad`...)."""
+    """Whether this call is part of another program being traced (`jit`, `grad`, `scan`...):
+    an argument is a tracer, or (constants inside a trace) a new array would be one."""
     if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(args)):
         return True
-    return _trace_state_clean is not None and not _trace_state_clean()  # constants inside a trace
+    return isinstance(jnp.zeros(()), jax.core.Tracer)
 
 
 def jit(fn: Callable) -> Callable:

@@ -33,36 +33,21 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from popeval import compiler, layouts, low_rank, normalization, sharding
+from popeval import compiler, evaluate, layouts, low_rank, normalization, sharding
 from popeval import keys as keys_lib
 from popeval.environments import make
 from popeval.environments.checks import check_default_params, check_params
 from popeval.episode import Episode, check_env, reset_env
+from popeval.evaluate import FitnessResult
 
 __all__ = ["RolloutWrapper", "FitnessResult"]
-
-
-class FitnessResult(NamedTuple):
-    """What the fitness-only path returns."""
-
-    returns: jax.Array  # (P, [M,] B) float32; NaN/inf where a policy diverged
-    lengths: jax.Array  # (P, [M,] B) int32, steps taken before done
-    obs_stats: Any  # ObsStats with leading axis P (this batch, per member), or None
-
-
-def _opaque(env_params: Any) -> Any:
-    """`env_params` as values XLA cannot see through. Env params are often compile-time
-    constants (Python floats); XLA then rewrites the arithmetic around them (a division by a
-    constant into a multiplication by its reciprocal, say) in some programs and not in
-    others, and a chaotic episode's last bits would depend on the program it runs in."""
-    return jax.lax.optimization_barrier(env_params)
 
 
 def _leading_axis(tree: Any, what: str) -> int:
@@ -211,62 +196,30 @@ class RolloutWrapper:
         self._build_programs()
 
     def _build_programs(self) -> None:
-        """Builds the jitted programs once (not compiled until first called)."""
+        """The kernel, and its jitted programs (not compiled until first called)."""
+        self.kernel = evaluate.Kernel(self.episode, self.num_env_steps,
+                                      tuple(jnp.ndim(x) for x in jax.tree.leaves(self.default_env_params)),
+                                      self.layout, self.compaction)
         # Compiled with popeval's options (`popeval.compiler`), as the evolve loop's programs are.
-        self._single_rollout = compiler.jit(self._single_fn)
-        self._batch_rollout = compiler.jit(jax.vmap(self._single_fn, in_axes=(0, None, None, None)))
+        self._single_rollout = compiler.jit(self.kernel.trajectory)
+        self._batch_rollout = compiler.jit(jax.vmap(self.kernel.trajectory, in_axes=(0, None, None, None)))
         # (one device's program, the devices' program), for `_run_parts`.
         self._population_rollout, self._population_fitness = (
             tuple(compiler.jit(f) for f in (fn, sharding.shard_members(fn, self.devices)))
-            for fn in (self._population_rollout_fn, self._population_fitness_fn))
+            for fn in (self.kernel.trajectories, self.kernel.fitness))
         self._episode_states: dict[int, Callable] = {}
 
-    def _single_fn(self, key, policy_params, env_params, obs_stats):
-        env_params = _opaque(env_params)
-        return self.episode.trajectory(key, policy_params, env_params, obs_stats, self.num_env_steps)
-
-    # ------------------------------------------------------------ populations
     def _is_param_batch(self, env_params) -> bool:
-        ref = jax.tree.leaves(self.default_env_params)
-        got = jax.tree.leaves(env_params)
-        if len(ref) != len(got):
+        """Whether `env_params` is a batch of parameter sets (refusing a mix or another structure)."""
+        if len(jax.tree.leaves(env_params)) != len(self.kernel.param_ndims):
             raise TypeError(f"env_params does not match {self.env_name}'s params structure")
-        extra = {jnp.ndim(g) - jnp.ndim(r) for r, g in zip(ref, got)}
+        extra = evaluate.param_batch_axes(env_params, self.kernel.param_ndims)
         if extra == {0}:
             return False
-        if extra == {1} and len({jnp.shape(g)[0] for g in got}) == 1:
+        if extra == {1} and len({jnp.shape(g)[0] for g in jax.tree.leaves(env_params)}) == 1:
             return True
         raise ValueError("env_params: either no leaf or every leaf must carry one extra leading axis "
                          "(a batch of M parameter sets)")
-
-    @staticmethod
-    def _members(pop_params, low_rank_shared) -> tuple[Any, layouts.Members]:
-        """`(rows, members)` for `popeval.layouts`: explicit parameters; or (with
-        `low_rank_shared`, `low_rank.split`'s second part) a low-rank population's, member by
-        member its explicit parameters, through the shared product its factors or indices, from
-        which each chunk draws its members."""
-        if low_rank_shared is None:
-            return pop_params, layouts.EXPLICIT
-        if not low_rank_shared.shared_product:
-            return low_rank.members(pop_params, low_rank_shared), layouts.EXPLICIT
-        return pop_params, layouts.Members(partial(low_rank.members, shared=low_rank_shared), low_rank.MEMBER_VARIES)
-
-    def _population_rollout_fn(self, keys, pop_params, env_params, obs_stats, low_rank_shared=None):
-        meta = self._is_param_batch(env_params)
-        rows, reading = self._members(pop_params, low_rank_shared)
-        return layouts.trajectories(self._single_fn, keys, rows, env_params, obs_stats, meta, self.layout, reading)
-
-    def _population_fitness_fn(self, keys, pop_params, env_params, obs_stats, low_rank_shared=None):
-        meta = self._is_param_batch(env_params)
-        rows, reading = self._members(pop_params, low_rank_shared)
-        carry = layouts.fitness(self.episode, self.num_env_steps, keys, rows, _opaque(env_params),
-                                obs_stats, meta, self.compaction, self.layout, reading)
-        stats = None
-        if self.obs_normalization:
-            members = carry.ret.shape[0]
-            flat = jax.tree.map(lambda x: x.reshape((members, -1) + x.shape[carry.ret.ndim:]), carry.stats)
-            stats = jax.vmap(normalization.merge_stacked)(flat)
-        return FitnessResult(returns=carry.ret, lengths=carry.length, obs_stats=stats)
 
     # ------------------------------------------------------------ public API
     def _prepare(self, keys, pop_params, env_params, obs_stats, population: bool):

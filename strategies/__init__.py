@@ -1,22 +1,18 @@
-"""popeval.strategies: evosax's evolution strategies as optax-style ask/tell functions,
-and the sharded, checkpointed evolve loop.
+"""popeval.strategies: evolution strategies as optax-style ask/tell functions, and the
+sharded, checkpointed evolve loop, in two sub-packages:
 
-    shaping.py    fitness shaping (centred ranks, z-scores) and non-finite fitness
-    strategy.py   make_strategy / openai_es / cma_es: evosax behind init, ask, tell, mean
-    eggroll.py    eggroll: EGGROLL over low-rank populations (popeval.low_rank), popeval's own
-    config.py     EvolveConfig (what is evolved, saved with a run), RunOptions (how it runs)
-    programs.py   build(config) and the compiled init / generation / evaluation programs
-    run_dir.py    a run directory's files, starting or resuming one, load_policy
-    evolve.py     the loop: programs + sinks + checkpoints
+    algorithms/   the strategies (evosax's algorithms, EGGROLL) behind one interface, by name
+    run/          an experiment: config, compiled programs, run directory, the loop
+
+`run/` builds on `algorithms/`, never the reverse.
 """
 
-from .config import EvolveConfig, RunOptions, load_config, parse_overrides
-from .eggroll import eggroll
-from .evolve import default_sinks, evolve
-from .programs import EvolveState, build
-from .run_dir import load_policy
-from .shaping import FITNESS_SHAPING, centered_rank, identity, sanitize_fitness, z_score
-from .strategy import Strategy, StrategyState, cma_es, make_strategy, openai_es, strategy_names
+from .algorithms import Strategy, StrategyState, cma_es, eggroll, make_strategy, openai_es, strategy_names
+from .algorithms.shaping import FITNESS_SHAPING, centered_rank, identity, sanitize_fitness, z_score
+from .run.config import EvolveConfig, RunOptions, load_config, parse_overrides
+from .run.evolve import default_sinks, evolve
+from .run.programs import EvolveState, build
+from .run.run_dir import load_policy
 
 __all__ = [
     "FITNESS_SHAPING", "Strategy", "StrategyState", "centered_rank", "cma_es", "eggroll", "identity",

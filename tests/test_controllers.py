@@ -18,7 +18,7 @@ import pytest
 
 from popeval import keys, registered_envs
 from popeval.strategies import load_config, load_policy
-from popeval.strategies.run_dir import read_config
+from popeval.strategies.run.run_dir import read_config
 
 REPO = Path(__file__).resolve().parents[1]
 CONTROLLERS = sorted(p for p in (REPO / "experiments" / "controllers").iterdir() if (p / "config.json").is_file())

@@ -1,4 +1,4 @@
-"""`strategy: eggroll` (`popeval.strategies.eggroll`): the update against the paper's formula
+"""`strategy: eggroll` (`popeval.strategies.algorithms.eggroll`): the update against the paper's formula
 computed in numpy, bad hyperparameters refused in one line, exact resumption and learning on a
 tiny CartPole, no program holding a member's matrix, and (`slow`) 1 and 3 CPU devices giving
 identical runs.
@@ -22,7 +22,7 @@ from test_sharding import SCRIPT, flatten
 from popeval import checkpoint, cli
 from popeval.low_rank import LowRankPopulation, draw_factors
 from popeval.strategies import EvolveConfig, RunOptions, eggroll, evolve, make_strategy
-from popeval.strategies.eggroll import gradient
+from popeval.strategies.algorithms.eggroll import gradient
 
 MEAN = {"params": {"Dense_0": {"kernel": jnp.linspace(-1.0, 1.0, 12).reshape(3, 4), "bias": jnp.zeros(4)},
                    "Dense_1": {"kernel": jnp.ones((4, 2)), "bias": jnp.full(2, 0.5)}}}
@@ -176,7 +176,7 @@ def test_no_program_holds_a_members_matrix():
     member) holds a `(members, 64, 64)` array: the 64x64 kernel exists as the mean and as
     factors only (the optimised programs' buffers, 16 members on one device; rank 1, where
     `product="auto"` takes the shared product for this MLP)."""
-    from popeval.strategies.programs import build, generation_step, init_state
+    from popeval.strategies.run.programs import build, generation_step, init_state
 
     kwargs = {**TINY["strategy_kwargs"], "rank": 1}
     config = EvolveConfig(**{**TINY, "pop_size": 16, "hidden_sizes": [64, 64], "compaction": False,

@@ -22,7 +22,7 @@ from popeval import cli
 from popeval.environments import make, register
 from popeval.environments import registry as registry_lib
 from popeval.strategies import EvolveConfig, load_config
-from popeval.strategies import run_dir as run_dir_lib
+from popeval.strategies.run import run_dir as run_dir_lib
 
 REPO = Path(__file__).resolve().parents[1]
 

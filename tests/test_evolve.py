@@ -130,7 +130,7 @@ def test_restored_state_has_the_compiled_programs_types(base_run):
 
     from popeval import checkpoint
     from popeval.strategies import build
-    from popeval.strategies.programs import init_fn, init_state
+    from popeval.strategies.run.programs import init_fn, init_state
 
     assert base_run["first"]["generations"] == 4 and base_run["resumed"]["generations"] == 6
     config = EvolveConfig(**TINY)
@@ -343,7 +343,7 @@ def test_killed_run_resumes_exactly(tmp_path):
 # ------------------------------------------------------------------ experiment vs run
 @pytest.mark.xdist_group("evolve-base-run")  # one worker where --dist loadgroup groups
 def test_run_directory_saves_only_the_experiment_and_reads_older_configs(base_run, tmp_path):
-    from popeval.strategies.run_dir import read_config
+    from popeval.strategies.run.run_dir import read_config
 
     saved = json.loads((base_run["run_dir"] / "config.json").read_text())
     assert set(saved) == set(EvolveConfig().to_dict())  # no run_dir, resume, wandb, quiet

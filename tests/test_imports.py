@@ -30,3 +30,27 @@ def test_import_popeval_starts_no_backend_and_loads_no_pillow():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={"PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu"})
     assert out.returncode == 0, out.stderr[-2000:]
+
+
+def _private_jax_names(root):
+    """`path:line: text` of every use of a private JAX name under `root`'s library folders:
+    `jax._src`, an underscored attribute or import of a jax module, a `DO_NOT_USE` name."""
+    import re
+
+    pattern = re.compile(r"\bjax(\.\w+)*\._\w|\bfrom jax(\.\w+)* import .*\b_\w|DO_NOT_USE")
+    return [f"{path.relative_to(root)}:{n}: {line.strip()}"
+            for folder in ("popeval", "environments", "strategies")
+            for path in sorted((root / folder).rglob("*.py"))
+            for n, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line.split("#")[0])]
+
+
+def test_the_library_uses_no_private_jax_name(tmp_path):
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    assert _private_jax_names(root) == []
+    bad = tmp_path / "popeval"
+    bad.mkdir()
+    (bad / "a.py").write_text("from jax._src.core import trace_state_clean\nfrom jax.core import _x\n"
+                              "jax._src.config.trace_context()\nok = jax.core.Tracer  # jax._src in a comment\n")
+    assert [x.split(":")[1] for x in _private_jax_names(tmp_path)] == ["1", "2", "3"]

@@ -13,7 +13,7 @@ from popeval import RolloutWrapper, compiler
 from popeval.environments import make
 from popeval.policies import CNNPolicy, LSTMPolicy, MLPPolicy, ParamReshaper, action_head
 from popeval.strategies import EvolveConfig, RunOptions, evolve
-from popeval.strategies.programs import build
+from popeval.strategies.run.programs import build
 
 
 def test_sampled_categorical_follows_the_softmax_and_the_key():

@@ -17,7 +17,7 @@ from conftest import read_metrics, subprocess_env
 from popeval import checkpoint
 from popeval.sinks import CSVSink, LogSink
 from popeval.strategies import EvolveConfig, RunOptions, evolve, make_strategy, openai_es
-from popeval.strategies.run_dir import Lock, load_policy
+from popeval.strategies.run.run_dir import Lock, load_policy
 
 TINY = dict(
     env_name="CartPole-v1", env_kwargs={"max_steps_in_episode": 50}, pop_size=8, num_rollouts=2,
@@ -110,7 +110,7 @@ def test_a_second_process_is_refused_and_a_dead_ones_lock_is_not_in_the_way(tmp_
     finally:
         holder.release()
     # A process killed while holding the lock: the kernel releases it.
-    code = (f"from pathlib import Path\nfrom popeval.strategies.run_dir import Lock\nLock(Path({str(run_dir)!r}))\n"
+    code = (f"from pathlib import Path\nfrom popeval.strategies.run.run_dir import Lock\nLock(Path({str(run_dir)!r}))\n"
             "import os; os.kill(os.getpid(), 9)")
     subprocess.run([sys.executable, "-c", code], env=subprocess_env(), timeout=120)
     out = evolve(EvolveConfig(**{**TINY, "num_generations": 6}), RunOptions(resume=str(run_dir), **QUIET))

@@ -25,15 +25,15 @@ from flax import serialization
 from popeval import checkpoint
 from popeval.cli import main
 from popeval.strategies import EvolveConfig, RunOptions, evolve
-from popeval.strategies import run_dir as run_dir_lib
-from popeval.strategies.run_dir import Lock, export_policy
+from popeval.strategies.run import run_dir as run_dir_lib
+from popeval.strategies.run.run_dir import Lock, export_policy
 
 TINY = dict(
     env_name="CartPole-v1", env_kwargs={"max_steps_in_episode": 50}, pop_size=8, num_rollouts=2,
     num_generations=4, hidden_sizes=[8], eval_every=2, eval_episodes=4, checkpoint_every=2,
 )
 QUIET = dict(wandb="disabled", progress=False)
-evolve_module = importlib.import_module("popeval.strategies.evolve")  # the module, not the function
+evolve_module = importlib.import_module("popeval.strategies.run.evolve")  # the module, not the function
 
 
 @pytest.fixture(scope="session")
@@ -423,7 +423,7 @@ import os, signal, sys, time
 from popeval import checkpoint
 from popeval.cli import main
 from popeval.sinks import files
-from popeval.strategies import run_dir
+from popeval.strategies.run import run_dir
 
 point, solved = sys.argv[1], int(sys.argv[2])
 write = checkpoint.atomic_write

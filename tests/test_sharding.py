@@ -387,7 +387,7 @@ def test_the_one_program_generation_agrees_with_the_pieces():
 
     from popeval import keys, sharding
     from popeval.strategies import EvolveConfig
-    from popeval.strategies.programs import build, generation_fn, generation_parts, init_fn
+    from popeval.strategies.run.programs import build, generation_fn, generation_parts, init_fn
 
     config = EvolveConfig(**CONFIGS["openai_es"])
     run, seed = build(config), np.int32(config.seed)

@@ -115,7 +115,7 @@ def test_ctrl_c_while_a_sink_starts_does_not_wait_for_it(tmp_path):
     """A sink still starting when Ctrl-C comes (W&B's service, matplotlib's import) is left to
     end with the process, neither waited for nor closed; the sinks that started are closed."""
     from popeval.strategies import EvolveConfig, RunOptions, evolve
-    from popeval.strategies.evolve import RunInterrupted
+    from popeval.strategies.run.evolve import RunInterrupted
 
     main, release = threading.get_ident(), threading.Event()
 

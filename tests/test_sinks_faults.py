@@ -24,7 +24,7 @@ from popeval import cli, distributed
 from popeval.sinks import FINAL_COLUMNS, CSVSink, LogSink, RunInfo, WandbSink, plot_fitness, read_metrics
 from popeval.sinks import weights_and_biases as wandb_sink
 from popeval.strategies import EvolveConfig, RunOptions, evolve
-from popeval.strategies.evolve import RunInterrupted
+from popeval.strategies.run.evolve import RunInterrupted
 
 TINY = dict(
     env_name="CartPole-v1", env_kwargs={"max_steps_in_episode": 50}, pop_size=8, num_rollouts=2,
@@ -371,7 +371,7 @@ def test_the_final_evaluation_is_the_last_row_of_metrics_csv(finished_run):
 def test_ctrl_c_while_compiling_and_with_wandb_hung_does_not_wait_for_either(tmp_path, monkeypatch):
     """Issue 49 rows 8-9: Ctrl-C while the generation program compiles (here: a compilation
     that never ends) and W&B's finish hangs; `evolve` raises at once, saving nothing."""
-    evolve_module = importlib.import_module("popeval.strategies.evolve")
+    evolve_module = importlib.import_module("popeval.strategies.run.evolve")
     release, hang, compiled = threading.Event(), threading.Event(), threading.Event()
 
     class NeverCompiles:

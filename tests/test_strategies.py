@@ -222,7 +222,7 @@ def test_constructor_table_matches_the_installed_evosax():
     from evosax import algorithms
     from evosax.core import fitness_shaping
 
-    from popeval.strategies import strategy
+    from popeval.strategies.algorithms import evosax_adapter as strategy
 
     base = {"self", "population_size", "solution", "fitness_shaping_fn", "metrics_fn"}
     single_mean = {n: c for n, c in algorithms.algorithms.items() if not n.startswith("SV_")}

@@ -45,6 +45,7 @@ def arm_rewards(num_actions: int = 11, mapping_seed: int = 0) -> np.ndarray:
 class SimpleBandit(Environment):
     """`num_actions` arms, one pull per episode."""
 
+    env_id = "SimpleBandit-bsuite"
     stochastic = False
 
     def __init__(self, num_actions: int = 11, mapping_seed: int = 0):

@@ -39,6 +39,7 @@ class EnvParams:
 class Catch(Environment):
     """Three actions: 0 moves the paddle left, 1 keeps it, 2 moves it right."""
 
+    env_id = "Catch-bsuite"
     stochastic = False  # only the reset draws (the ball's column)
 
     def __init__(self, rows: int = 10, columns: int = 5):

@@ -74,6 +74,7 @@ def transition_draws(key: jax.Array) -> tuple[jax.Array, jax.Array]:
 class DeepSea(Environment):
     """Two actions whose meaning (left/right) depends on the cell, see `action_mapping`."""
 
+    env_id = "DeepSea-bsuite"
     stochastic = True  # the windy version (deterministic=False) uses the step key
 
     def __init__(self, size: int = 10, mapping_seed: int = 42, randomize_actions: bool = True):

@@ -47,6 +47,7 @@ class EnvParams:
 class DiscountingChain(Environment):
     """Five actions; the first one of an episode chooses the reward delay."""
 
+    env_id = "DiscountingChain-bsuite"
     stochastic = False
 
     @property

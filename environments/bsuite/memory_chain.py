@@ -47,6 +47,7 @@ class EnvParams:
 class MemoryChain(Environment):
     """Two actions; only the last one of an episode counts (it should be `context[query]`)."""
 
+    env_id = "MemoryChain-bsuite"
     stochastic = False  # only the reset draws (context and query)
 
     def __init__(self, memory_length: int = 5, num_bits: int = 1):

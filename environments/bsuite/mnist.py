@@ -86,6 +86,7 @@ def _check_data(images, labels) -> tuple[np.ndarray, np.ndarray]:
 class MNISTBandit(Environment):
     """Ten actions: the guessed label."""
 
+    env_id = "MNISTBandit-bsuite"
     stochastic = False  # only the reset draws (the image)
 
     def __init__(self, images=None, labels=None, fraction: float = 1.0):

@@ -56,6 +56,7 @@ def transition_draws(key: jax.Array, n_distractor: int) -> tuple[jax.Array, jax.
 class UmbrellaChain(Environment):
     """Two actions; the first one of an episode picks the umbrella up (1) or not (0)."""
 
+    env_id = "UmbrellaChain-bsuite"
     stochastic = True  # noisy rewards and distractors are drawn every step
 
     def __init__(self, chain_length: int = 10, n_distractor: int = 0):

@@ -73,6 +73,7 @@ def _dsdt(s: jax.Array, torque: jax.Array, p: EnvParams) -> jax.Array:
 class Acrobot(Environment):
     """Three actions: torque -1, 0 or +1 on the joint between the links."""
 
+    env_id = "Acrobot-v1"
     stochastic = False
 
     @property

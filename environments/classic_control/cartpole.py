@@ -43,6 +43,7 @@ class EnvParams:
 class CartPole(Environment):
     """Two actions: 0 pushes the cart left, 1 pushes it right."""
 
+    env_id = "CartPole-v1"
     stochastic = False
 
     @property

@@ -101,6 +101,8 @@ class _MountainCarBase(Environment):
 class MountainCar(_MountainCarBase):
     """Three actions: 0 accelerate left, 1 coast, 2 accelerate right."""
 
+    env_id = "MountainCar-v0"
+
     @property
     def default_params(self) -> EnvParams:
         return EnvParams()
@@ -115,6 +117,8 @@ class MountainCar(_MountainCarBase):
 
 class MountainCarContinuous(_MountainCarBase):
     """One continuous action: the force, clipped to [min_action, max_action]."""
+
+    env_id = "MountainCarContinuous-v0"
 
     @property
     def default_params(self) -> ContinuousEnvParams:

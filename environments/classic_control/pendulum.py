@@ -44,6 +44,7 @@ def angle_normalize(x: jax.Array) -> jax.Array:
 class Pendulum(Environment):
     """One continuous action: the torque, clipped to [-max_torque, max_torque]."""
 
+    env_id = "Pendulum-v1"
     stochastic = False
 
     @property

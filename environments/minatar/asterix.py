@@ -82,6 +82,7 @@ class SpawnDraws(NamedTuple):
 class Asterix(MinAtarEnv):
     """Asterix on a 10x10 grid; minimal actions `n`, `l`, `u`, `r`, `d`."""
 
+    env_id = "Asterix-MinAtar"
     CHANNELS = ("player", "enemy", "trail", "gold")
     MINIMAL_ACTIONS = ("n", "l", "u", "r", "d")
 

@@ -58,6 +58,7 @@ class EnvParams(MinAtarParams):
 class Breakout(MinAtarEnv):
     """Breakout on a 10x10 grid; minimal actions `n`, `l`, `r`."""
 
+    env_id = "Breakout-MinAtar"
     CHANNELS = ("paddle", "ball", "trail", "brick")
     MINIMAL_ACTIONS = ("n", "l", "r")
 

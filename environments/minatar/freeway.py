@@ -75,6 +75,7 @@ def _car_speeds(draws):
 class Freeway(MinAtarEnv):
     """Freeway on a 10x10 grid; minimal actions `n`, `u`, `d`."""
 
+    env_id = "Freeway-MinAtar"
     CHANNELS = ("chicken", "car", "speed1", "speed2", "speed3", "speed4", "speed5")
     MINIMAL_ACTIONS = ("n", "u", "d")
     default_rollout_steps = 2501  # the whole game at the default time_limit (it ends on step 2501)

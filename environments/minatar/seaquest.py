@@ -158,6 +158,7 @@ def _on_grid(x):
 class Seaquest(MinAtarEnv):
     """Seaquest on a 10x10 grid; minimal actions: all six."""
 
+    env_id = "Seaquest-MinAtar"
     CHANNELS = (
         "sub_front", "sub_back", "friendly_bullet", "trail", "enemy_bullet",
         "enemy_fish", "enemy_sub", "oxygen_guage", "diver_guage", "diver",

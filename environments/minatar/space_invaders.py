@@ -73,6 +73,7 @@ class EnvParams(MinAtarParams):
 class SpaceInvaders(MinAtarEnv):
     """SpaceInvaders on a 10x10 grid; minimal actions `n`, `l`, `r`, `f`."""
 
+    env_id = "SpaceInvaders-MinAtar"
     CHANNELS = ("cannon", "alien", "alien_left", "alien_right", "friendly_bullet", "enemy_bullet")
     MINIMAL_ACTIONS = ("n", "l", "r", "f")
 

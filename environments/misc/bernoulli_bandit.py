@@ -37,6 +37,8 @@ class EnvParams:
 class BernoulliBandit(MetaBandit):
     """`num_arms` actions (constructor argument, default 2); reward 1 or 0."""
 
+    env_id = "BernoulliBandit-misc"
+
     @property
     def default_params(self) -> EnvParams:
         return EnvParams()

@@ -74,6 +74,7 @@ class EnvParams:
 class FourRooms(Environment):
     """Four actions (0 left, 1 down, 2 right, 3 up) in the fixed four-room layout."""
 
+    env_id = "FourRooms-misc"
     def __init__(self):
         self.walls = WALLS  # (13, 13) bool numpy array: the layout
         self._walls = jnp.asarray(WALLS)

@@ -66,6 +66,7 @@ class EnvParams:
 class FrozenLake(Environment):
     """Four actions (0 left, 1 down, 2 right, 3 up) on a fixed map (constructor argument)."""
 
+    env_id = "FrozenLake-misc"
     def __init__(self, map_name: str = "4x4", desc: Sequence[str] | None = None):
         if desc is None:
             if map_name not in MAPS:

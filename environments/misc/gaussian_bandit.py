@@ -29,6 +29,8 @@ class EnvParams:
 class GaussianBandit(MetaBandit):
     """`num_arms` actions (constructor argument, default 2); real-valued rewards."""
 
+    env_id = "GaussianBandit-misc"
+
     @property
     def default_params(self) -> EnvParams:
         return EnvParams()

@@ -59,6 +59,7 @@ class EnvParams:
 class MetaMaze(Environment):
     """Four actions (0 left, 1 down, 2 right, 3 up); `size` (odd, >= 5) sets the maze."""
 
+    env_id = "MetaMaze-misc"
     def __init__(self, size: int = 11):
         size = check_int("MetaMaze", "size", size, 5)
         if size % 2 == 0:

@@ -59,6 +59,8 @@ class EnvParams:
 class PointRobot(Environment):
     """A continuous action: the (x, y) velocity command."""
 
+    env_id = "PointRobot-misc"
+
     @property
     def default_params(self) -> EnvParams:
         return EnvParams()

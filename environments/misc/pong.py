@@ -59,6 +59,7 @@ class EnvParams:
 class Pong(Environment):
     """Three actions: 0 stay, 1 up, 2 down. Grid and paddle sizes are constructor arguments."""
 
+    env_id = "Pong-misc"
     def __init__(self, height: int = 10, width: int = 16, paddle_len: int = 3):
         self.height = check_int("Pong", "height", height, 2)
         self.width = check_int("Pong", "width", width, 4)

@@ -63,6 +63,7 @@ def fingertip(angles: jax.Array, link_length) -> jax.Array:
 class Reacher(Environment):
     """`num_links` continuous actions in [-1, 1]: the joint torques (as fractions of max_torque)."""
 
+    env_id = "Reacher-misc"
     stochastic = False  # only the reset is random
 
     def __init__(self, num_links: int = 2):

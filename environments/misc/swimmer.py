@@ -104,6 +104,7 @@ def body_velocity(config: jax.Array, joint_rates: jax.Array, params) -> jax.Arra
 class Swimmer(Environment):
     """`num_links - 1` continuous actions in [-1, 1]: the joint rates (x max_joint_speed)."""
 
+    env_id = "Swimmer-misc"
     stochastic = False  # only the reset is random
 
     def __init__(self, num_links: int = 3):

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from brax import envs as brax_envs
 
 from popeval.environments import spaces
-from popeval.environments.registry import did_you_mean
+from popeval.environments.hints import did_you_mean
 from popeval.environments.suites.base import SuiteEnv
 
 __all__ = ["BraxEnv", "brax_env", "env_names"]

@@ -66,8 +66,8 @@ def _program_worker(config: dict) -> dict:
     import numpy as np
 
     from popeval import sharding
-    from popeval.strategies.config import config_from_dict
-    from popeval.strategies.programs import build, generation_fn, init_fn
+    from popeval.strategies.run.config import config_from_dict
+    from popeval.strategies.run.programs import build, generation_fn, init_fn
 
     cfg = config_from_dict(config)
     run, devices = build(cfg), sharding.num_devices()

@@ -177,7 +177,7 @@ def peer_program(name: str, env: Any, policy: MLPPolicy, num_steps: int) -> tupl
 
 def controller_of(env_id: str, runs: list[Path]) -> Path | None:
     """The first of `runs` (run directories or controllers) that evolved on `env_id`."""
-    from popeval.strategies.run_dir import read_config
+    from popeval.strategies.run.run_dir import read_config
 
     return next((run for run in runs if read_config(run).env_name == env_id), None)
 

@@ -15,10 +15,15 @@ from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 from popeval import keys
 from popeval.sharding.devices import AXIS, _cores, _mesh
 
-try:  # the thread's JAX configuration that tracing depends on (JAX has no public name for it)
-    from jax._src.config import trace_context as _trace_context
-except ImportError:  # pragma: no cover - another JAX: every part on the calling thread
-    _trace_context = None
+#: The options a thread can set for itself (`with jax.default_matmul_precision(...)`) that change
+#: how a program is traced; a part runs on a pool thread only where they read as on the caller's.
+THREAD_OPTIONS = ("jax_enable_x64", "jax_default_matmul_precision", "jax_default_device", "jax_numpy_rank_promotion",
+                  "jax_numpy_dtype_promotion", "jax_threefry_partitionable", "jax_default_prng_impl",
+                  "jax_disable_jit", "jax_debug_nans", "jax_debug_infs")
+
+
+def _thread_options() -> tuple:
+    return tuple(getattr(jax.config, name, None) for name in THREAD_OPTIONS) + (jax.sharding.get_abstract_mesh(),)
 
 __all__ = ["shard_members", "PART_EPISODES", "member_parts", "split_members", "on_one_device", "run_parts"]
 
@@ -104,14 +109,14 @@ def on_one_device(tree: Any) -> bool:
 
 def run_parts(fn: Callable, parts: list) -> Any:
     """`fn(part)` for every part of `split_members` side by side: the first here, the others on
-    a pool's threads unless this thread is in a JAX configuration context (per thread); outputs
+    a pool's threads unless this thread set options of its own (`THREAD_OPTIONS`); outputs
     concatenated along the member axis on the first's device. One part: `fn(part)`."""
     if len(parts) == 1:
         return fn(parts[0])
-    context = None if _trace_context is None else _trace_context()
+    context = _thread_options()
 
-    def elsewhere(p):  # None when the pool thread's configuration differs from the caller's
-        return jax.block_until_ready(fn(p)) if context is not None and _trace_context() == context else None
+    def elsewhere(p):  # None when the pool thread's options differ from the caller's
+        return jax.block_until_ready(fn(p)) if _thread_options() == context else None
 
     futures = [_pool(len(parts) - 1).submit(elsewhere, p) for p in parts[1:]]
     outs = [jax.block_until_ready(fn(parts[0]))] + [f.result() for f in futures]

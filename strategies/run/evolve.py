@@ -7,7 +7,7 @@
 A generation runs on CPU devices as one-device programs (ask, evaluate pieces of the population
 on every device, tell: `sharding.Pieces`), so any device count gives the same bits; on
 accelerators as one program over the devices (`sharding.Replicated`). Its state stays on the
-devices between generations (`strategies.programs.generation_step`). Metrics go to the sinks it is given
+devices between generations (`strategies.run.programs.generation_step`). Metrics go to the sinks it is given
 (`popeval.sinks`; default: CSV, plot, W&B and a progress bar on a terminal). The state is
 checkpointed every `checkpoint_every` generations and when the run stops, for any reason;
 `RunOptions(resume=RUN)` continues exactly where it stopped.

@@ -32,9 +32,10 @@ from popeval.low_rank import LowRankPopulation
 from popeval.policies import CNNPolicy, LSTMPolicy, MLPPolicy
 from popeval.rollout import RolloutWrapper
 
+from ..algorithms import make_strategy
+from ..algorithms.eggroll import NAME as EGGROLL
+from ..algorithms.shaping import sanitize_fitness
 from .config import EvolveConfig
-from .eggroll import NAME as EGGROLL
-from .strategy import make_strategy, sanitize_fitness
 
 __all__ = ["EvolveState", "Run", "Asked", "build", "init_fn", "init_state", "generation_parts", "generation_fn",
            "generation_step", "eval_fn", "policies_eval_fn"]
@@ -156,8 +157,8 @@ def generation_parts(run: Run, config: EvolveConfig):
         key_eval = keys_lib.generation_keys(seed, state.generation)[1]
         keys = keys_lib.member_keys(jax.random.split(key_eval, config.num_rollouts), members,
                                     config.common_random_numbers)
-        result = run.manager.population_fitness(keys, members_of(state, seed, asked, members),
-                                                obs_stats=state.obs_stats)
+        result = run.manager.kernel.fitness(keys, members_of(state, seed, asked, members), run.manager.env_params,
+                                            state.obs_stats)
         return result.returns.mean(axis=-1), result.lengths.sum(axis=-1), result.obs_stats
 
     def update(state, seed, asked, evaluated):
@@ -259,6 +260,6 @@ def policies_eval_fn(run: Run, config: EvolveConfig):
 
     def evaluate(both, obs_stats, seed, index):
         keys = jnp.broadcast_to(keys_lib.evaluation_keys(seed, index, episodes), (2, episodes))
-        return manager.population_fitness(keys, both, obs_stats=obs_stats).returns
+        return manager.kernel.fitness(keys, both, manager.env_params, obs_stats).returns
 
     return evaluate

@@ -80,6 +80,12 @@ def _noise(num_dims: int, key: jax.Array, draws: jax.Array) -> jax.Array:
     return jax.lax.optimization_barrier(z)
 
 
+def _solutions(es: Any, z: jax.Array) -> jax.Array:
+    """`mean + std * z`, the product rounded on its own: XLA may fuse a product and a sum into
+    one multiply-add, in one program and not in another (JAX 0.11 did, in tell and not in sample)."""
+    return es.mean + jax.lax.optimization_barrier(es.std * z)
+
+
 def _sample(sizes: _Sizes, unravel: Callable, state: Any, key: jax.Array, members: jax.Array) -> Any:
     """`MemberSampling.sample`: the solutions of `members`, `chunk` members at a time."""
     members = jnp.asarray(members, jnp.int32)
@@ -100,7 +106,7 @@ def _sample_block(sizes: _Sizes, unravel: Callable, es: Any, key: jax.Array, ids
     draws, sign = ids, 1.0
     if sizes.paired:  # member i + P/2 mirrors member i
         draws, sign = ids % sizes.half, jnp.where(ids < sizes.half, 1.0, -1.0)[:, None]
-    return jax.vmap(unravel)(es.mean + es.std * (sign * _noise(sizes.num_dims, key, draws)))
+    return jax.vmap(unravel)(_solutions(es, sign * _noise(sizes.num_dims, key, draws)))
 
 
 def _sample_into(block: Callable, members: jax.Array, size: int, k, out):
@@ -152,9 +158,9 @@ def _regenerate_chunk(sizes: _Sizes, es: Any, key: jax.Array, w: jax.Array, best
     valid = draws < sizes.num_draws  # the last chunk is padded
     draws = jnp.where(valid, draws, 0)
     z = _noise(sizes.num_dims, key, draws)
-    offsets, xs = [0], [es.mean + es.std * z]
+    offsets, xs = [0], [_solutions(es, z)]
     if sizes.paired:
-        offsets, xs = [0, sizes.half], [xs[0], es.mean + es.std * -z]
+        offsets, xs = [0, sizes.half], [xs[0], _solutions(es, -z)]
     picked = jnp.zeros(sizes.num_dims, xs[0].dtype)
     for offset, x in zip(offsets, xs):  # the best member, if it is one of these
         local = best - offset - start  # its row in x

@@ -1,4 +1,4 @@
-"""Evolution strategies as optax-style pure functions over evosax's algorithms.
+"""evosax's algorithms as popeval `Strategy`s: optax-style pure functions.
 
     strategy = openai_es(pop_size=256, solution=params, learning_rate=0.05, std_init=0.1)
     state = strategy.init(key, params)
@@ -8,74 +8,41 @@
 The maths is evosax's (Salimans et al. 2017, OpenAI-ES; Hansen 2016, CMA-ES; and every other
 algorithm in `evosax.algorithms`); this module only adapts the interface: pytree solutions,
 fitness shaping chosen by name, non-finite fitness ranked worst, and the one sign flip from
-popeval's maximisation to evosax's minimisation.
-
-The per-member form of the Gaussian strategies (`Strategy.members`): `member_sampling`.
-EGGROLL, over low-rank populations, is popeval's own (`eggroll`; `make_strategy("eggroll")`).
+popeval's maximisation to evosax's minimisation. The per-member form of the Gaussian
+strategies (`Strategy.members`): `member_sampling`.
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
-import math
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
-import optax
 from evosax import algorithms as evosax_algorithms
 from evosax.core import fitness_shaping as evosax_shaping
-from flax import struct
 from jax.flatten_util import ravel_pytree
 
-from popeval.environments.registry import did_you_mean
-
+from . import base
+from .base import Hyperparameters, Strategy, StrategyState, check_hyperparameters, check_shaping, strong
 from .member_sampling import member_sampling
 from .shaping import FITNESS_SHAPING, sanitize_fitness
 
-__all__ = ["Strategy", "StrategyState", "make_strategy", "openai_es", "cma_es", "strategy_names"]
+__all__ = ["evosax_strategy", "names", "supported", "openai_es", "cma_es"]
 
 
-# ------------------------------------------------------------------ the interface
-@struct.dataclass
-class StrategyState:
-    evo_state: Any  # evosax's state (flat vectors, minimisation)
-    evo_params: Any  # evosax's params
-    key: jax.Array  # for evosax's tell, which takes a key
+def names() -> dict[str, str]:
+    """`{name or alias: evosax algorithm}` of every evosax algorithm (popeval runs the `supported` ones)."""
+    return {**{k: k for k in evosax_algorithms.algorithms}, **ALIASES}
 
 
-class Strategy(NamedTuple):
-    """A strategy: pure functions over a `StrategyState` pytree."""
-
-    init: Callable[[jax.Array, Any], StrategyState]
-    ask: Callable[[jax.Array, StrategyState], tuple[Any, StrategyState]]
-    tell: Callable[[StrategyState, Any, jax.Array], tuple[StrategyState, dict]]
-    mean: Callable[[StrategyState], Any]  # the distribution mean (or best member), a pytree
-    name: str
-    pop_size: int
-    num_dims: int
-    members: Any = None  # `member_sampling.MemberSampling`: the per-member form (Open_ES, SNES, PGPE)
+def supported() -> list[str]:
+    """The evosax algorithms and aliases popeval runs (single-mean algorithms)."""
+    return sorted(k for k, v in names().items() if v in _CONSTRUCTOR)
 
 
-def strategy_names() -> list[str]:
-    """Names accepted by `make_strategy` (evosax's single-mean algorithms plus aliases)."""
-    return sorted((set(evosax_algorithms.algorithms) & set(_CONSTRUCTOR)) | set(_ALIASES) | {"eggroll"})
-
-
-_ALIASES = {"openai_es": "Open_ES", "cma_es": "CMA_ES", "snes": "SNES", "pgpe": "PGPE",
+ALIASES = {"openai_es": "Open_ES", "cma_es": "CMA_ES", "snes": "SNES", "pgpe": "PGPE",
             "ars": "ARS", "sep_cma_es": "Sep_CMA_ES", "simple_ga": "SimpleGA"}
-
-
-def _resolve(name: str) -> type:
-    norm = lambda s: s.lower().replace("-", "").replace("_", "")  # noqa: E731
-    table = {norm(k): v for k, v in evosax_algorithms.algorithms.items()}
-    table.update({norm(k): evosax_algorithms.algorithms[v] for k, v in _ALIASES.items()})
-    if norm(name) not in table:
-        raise ValueError(f"Unknown strategy {name!r}{did_you_mean(name, strategy_names())}. "
-                         f"Known: {', '.join(strategy_names())}")
-    return table[norm(name)]
 
 
 # What evosax's constructors take beyond (population_size, solution, fitness_shaping_fn,
@@ -132,7 +99,7 @@ _WEIGHTED = frozenset({"CMA_ES", "CR_FM_NES", "DES", "LM_MA_ES", "MA_ES", "Rm_ES
                        "Sep_CMA_ES", "SimpleES", "xNES"})
 
 
-def make_strategy(
+def evosax_strategy(
     name: str,
     pop_size: int,
     solution: Any,
@@ -148,39 +115,11 @@ def make_strategy(
     member_chunk: int | None = None,
     **kwargs: Any,
 ) -> Strategy:
-    """Any evosax algorithm as a popeval `Strategy`.
-
-    Args:
-        name: an evosax algorithm (`"CMA_ES"`, `"Open_ES"`, `"SNES"`, `"SimpleGA"`, ...) or an
-            alias (`"openai_es"`, `"cma_es"`, ...); case, `-` and `_` are ignored.
-        pop_size: population size (>= 2; even for antithetic sampling).
-        solution: a parameter pytree with the shape of one solution.
-        fitness_shaping: `"centered_rank"`, `"z_score"` or `"none"`, applied to the
-            (maximised) fitness before the strategy sees it.
-        learning_rate: the learning rate of a gradient-based algorithm (`None`: the
-            algorithm's default).
-        lr_decay: the learning rate's per-generation decay factor.
-        lr_min: the learning rate's floor.
-        optimizer: the optax optimizer of a gradient-based algorithm, by name (e.g. "adam" or
-            "sgd").
-        std_init: the initial search std (`None`: the algorithm's default).
-        std_decay: the search std's per-generation decay factor.
-        std_min: the search std's floor.
-        member_chunk: members regenerated at a time by `Strategy.members.tell`; default
-            `max(1, min(pop_size, 2**20 // num_dims))`.
-        **kwargs: further constructor arguments or `Params` fields of the evosax algorithm.
-
-    `"eggroll"` is popeval's own EGGROLL (`popeval.strategies.eggroll`): it takes
-    `learning_rate`, `lr_decay`, `lr_min`, `optimizer`, `member_chunk` and, in `kwargs`, `rank`
-    and `sigma`; anything else is refused.
-    """
-    if name.lower().replace("-", "").replace("_", "") == "eggroll":
-        given = dict(learning_rate=learning_rate, lr_decay=lr_decay, lr_min=lr_min, optimizer=optimizer,
-                     std_init=std_init, std_decay=std_decay, std_min=std_min, member_chunk=member_chunk)
-        return _eggroll(pop_size, solution, fitness_shaping, given, kwargs)
-    cls = _resolve(name)
+    """The evosax algorithm `name` (or alias, `names()`) as a `Strategy`: `make_strategy`'s
+    arguments (`popeval.strategies.algorithms`)."""
+    cls = evosax_algorithms.algorithms[names()[name]]
     defaults = _DEFAULTS.get(cls.__name__, {})
-    hyper = _Hyperparameters(
+    hyper = Hyperparameters(
         learning_rate=defaults.get("learning_rate") if learning_rate is None else learning_rate,
         lr_decay=lr_decay, lr_min=lr_min, optimizer=optimizer,
         std_init=defaults.get("std_init") if std_init is None else std_init,
@@ -203,75 +142,18 @@ def make_strategy(
     evo_params = _evo_params(algo, param_fields, takes)
     _, unravel = ravel_pytree(solution)
     init, ask, tell, mean = _functions(algo, evo_params, unravel, hyper.std_init)
-    members = member_sampling(algo, shaping_fn, unravel, member_chunk, _strong)
+    members = member_sampling(algo, shaping_fn, unravel, member_chunk, strong)
     return Strategy(init, ask, tell, mean, cls.__name__, int(pop_size), int(algo.num_dims), members)
 
 
-#: `make_strategy`'s own keyword defaults: the ones an EGGROLL call left as they are.
-_MAKE_DEFAULTS = dict(learning_rate=None, lr_decay=1.0, lr_min=0.0, optimizer="adam", std_init=None, std_decay=1.0,
-                      std_min=0.0, member_chunk=None)
-
-
-def _eggroll(pop_size: int, solution: Any, fitness_shaping: str, given: dict, kwargs: dict) -> Strategy:
-    """`make_strategy("eggroll", ...)`: `eggroll.eggroll` with the hyperparameters given, others refused."""
-    from .eggroll import HYPERPARAMETERS, NAME, eggroll  # eggroll.py builds on this module
-
-    chosen = {k: v for k, v in given.items() if not (type(v) is type(_MAKE_DEFAULTS[k]) and v == _MAKE_DEFAULTS[k])}
-    chosen.update(kwargs)
-    unknown = sorted(set(chosen) - set(HYPERPARAMETERS))
-    if unknown:
-        raise ValueError(f"{NAME}: unknown hyperparameter(s) {unknown}; it takes {', '.join(HYPERPARAMETERS)} "
-                         "(sigma is its std)")
-    return eggroll(pop_size, solution, fitness_shaping=fitness_shaping, **chosen)
-
-
-class _Hyperparameters(NamedTuple):
-    """`make_strategy`'s own hyperparameters, popeval's defaults applied."""
-
-    learning_rate: float | None
-    lr_decay: float
-    lr_min: float
-    optimizer: str
-    std_init: float | None
-    std_decay: float
-    std_min: float
-
-
-#: (hyperparameter, its rule, the rule in words) for `_check`.
-_RULES = (
-    ("learning_rate", lambda v: v > 0, "> 0"),
-    ("std_init", lambda v: v > 0, "> 0"),
-    ("lr_decay", lambda v: 0 < v <= 1, "in (0, 1]"),
-    ("std_decay", lambda v: 0 < v <= 1, "in (0, 1]"),
-    ("lr_min", lambda v: v >= 0, ">= 0"),
-    ("std_min", lambda v: v >= 0, ">= 0"),
-)
-
-
-@functools.cache
-def optimizer_names() -> tuple[str, ...]:
-    """The optax optimizers `make_strategy(optimizer=...)` takes: optax's functions whose
-    first argument is the learning rate (`adam`, `sgd`, ...)."""
-    names = []
-    for name in dir(optax):
-        fn = getattr(optax, name)
-        # scale_by_* are building blocks, and L-BFGS's update needs the loss function.
-        if name.startswith(("_", "scale_by_")) or name == "lbfgs" or not inspect.isfunction(fn):
-            continue
-        params = list(inspect.signature(fn).parameters)
-        if params[:1] == ["learning_rate"]:
-            names.append(name)
-    return tuple(sorted(names))
-
-
-def _check(algorithm: str, hyper: _Hyperparameters, fitness_shaping: str, pop_size: int, kwargs: dict) -> None:
+def _check(algorithm: str, hyper: Hyperparameters, fitness_shaping: str, pop_size: int, kwargs: dict) -> None:
     """Refuses bad hyperparameters, an unsupported algorithm, an unknown shaping and a bad
     `pop_size` (before evosax sees them)."""
-    _check_hyperparameters(algorithm, hyper)
+    check_hyperparameters(algorithm, hyper)
     if algorithm not in _CONSTRUCTOR:
         raise ValueError(f"{algorithm} is not supported by popeval (multi-population strategies "
                          f"evolve several means at once); supported: {', '.join(sorted(_CONSTRUCTOR))}")
-    _check_shaping(fitness_shaping)
+    check_shaping(fitness_shaping)
     if int(pop_size) < 2:
         raise ValueError(f"pop_size must be >= 2, got {pop_size}")
     antithetic = "use_antithetic_sampling" in _CONSTRUCTOR[algorithm] and kwargs.get("use_antithetic_sampling", True)
@@ -279,44 +161,8 @@ def _check(algorithm: str, hyper: _Hyperparameters, fitness_shaping: str, pop_si
         raise ValueError(f"{algorithm} samples antithetic pairs: pop_size must be even, got {pop_size}")
 
 
-def _check_hyperparameters(algorithm: str, hyper: _Hyperparameters) -> None:
-    """Refuses a learning rate, std or decay out of its range (`_RULES`) and an unknown optimizer."""
-    for what, ok, rule in _RULES:
-        value = getattr(hyper, what)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or not math.isfinite(value) or not ok(value)):
-            raise ValueError(f"{algorithm}: {what} must be a finite number {rule}, got {value!r}")
-    if hyper.optimizer not in optimizer_names():
-        raise ValueError(f"{algorithm}: optimizer must be an optax optimizer name, got {hyper.optimizer!r}"
-                         f"{did_you_mean(str(hyper.optimizer), optimizer_names())}; known: "
-                         f"{', '.join(optimizer_names())}")
-
-
-def _check_shaping(fitness_shaping: str) -> None:
-    if fitness_shaping not in FITNESS_SHAPING:
-        raise ValueError(
-            f"Unknown fitness_shaping {fitness_shaping!r}; choose from {sorted(FITNESS_SHAPING)}"
-        )
-
-
-def _optimizer(hyper: _Hyperparameters):
-    """The optax optimizer of a gradient-based algorithm, its learning rate decayed if asked."""
-    lr = 1e-2 if hyper.learning_rate is None else hyper.learning_rate
-    if hyper.lr_decay != 1.0:
-        lr = optax.exponential_decay(lr, transition_steps=1, decay_rate=hyper.lr_decay, end_value=hyper.lr_min)
-    return getattr(optax, hyper.optimizer)(lr)
-
-
-def _std_schedule(hyper: _Hyperparameters):
-    """The search std by generation: `std_init`, decayed to `std_min` if asked."""
-    std_init = 1.0 if hyper.std_init is None else hyper.std_init
-    if hyper.std_decay == 1.0:
-        return optax.constant_schedule(std_init)
-    return lambda step: jnp.maximum(std_init * hyper.std_decay**step, hyper.std_min)
-
-
 #: evosax constructor arguments that popeval builds from its own hyperparameters.
-_BUILT_ARGUMENTS = {"optimizer": _optimizer, "std_schedule": _std_schedule}
+_BUILT_ARGUMENTS = {"optimizer": base.optimizer, "std_schedule": base.std_schedule}
 
 
 def _shaping_fn(algorithm: str, fitness_shaping: str) -> Callable:
@@ -368,7 +214,7 @@ def _functions(algo: Any, evo_params: Any, unravel: Callable, std_init: float | 
             pop = flat + std * jax.random.normal(key_pop, (algo.population_size, algo.num_dims))
             evo_state = algo.init(key_init, jax.vmap(unravel)(pop), jnp.full((algo.population_size,), jnp.inf),
                                   evo_params)
-        return _strong(StrategyState(evo_state=evo_state, evo_params=evo_params, key=key_tell))
+        return strong(StrategyState(evo_state=evo_state, evo_params=evo_params, key=key_tell))
 
     def ask(key: jax.Array, state: StrategyState):
         population, evo_state = algo.ask(key, state.evo_state, state.evo_params)
@@ -379,7 +225,7 @@ def _functions(algo: Any, evo_params: Any, unravel: Callable, std_init: float | 
         key, key_tell = jax.random.split(state.key)
         evo_fitness = -fitness  # evosax minimises; popeval maximises returns.
         evo_state, _ = algo.tell(key_tell, population, evo_fitness, state.evo_state, state.evo_params)
-        new = _strong(state.replace(evo_state=evo_state, key=key), like=state)
+        new = strong(state.replace(evo_state=evo_state, key=key), like=state)
         return new, {"nonfinite/count": nonfinite}
 
     def mean(state: StrategyState) -> Any:
@@ -390,22 +236,15 @@ def _functions(algo: Any, evo_params: Any, unravel: Callable, std_init: float | 
     return init, ask, tell, mean
 
 
-def _strong(tree: Any, like: Any = None) -> Any:
-    """Drops weak types (and matches `like`'s dtypes) so a jitted loop never recompiles."""
-    if like is None:
-        return jax.tree.map(lambda x: jnp.asarray(x, dtype=jnp.result_type(x)), tree)
-    return jax.tree.map(lambda x, y: jnp.asarray(x, dtype=jnp.result_type(y)), tree, like)
-
-
 def openai_es(pop_size: int, solution: Any, *, learning_rate: float | None = None, std_init: float | None = None,
               fitness_shaping: str = "centered_rank", **kwargs: Any) -> Strategy:
     """OpenAI-ES (Salimans et al., 2017) with Adam and antithetic sampling (evosax `Open_ES`);
     learning rate 0.05 and std 0.1 unless given."""
-    return make_strategy("Open_ES", pop_size, solution, fitness_shaping,
-                         learning_rate=learning_rate, std_init=std_init, **kwargs)
+    return evosax_strategy("Open_ES", pop_size, solution, fitness_shaping,
+                           learning_rate=learning_rate, std_init=std_init, **kwargs)
 
 
 def cma_es(pop_size: int, solution: Any, *, std_init: float | None = None,
            fitness_shaping: str = "none", **kwargs: Any) -> Strategy:
     """CMA-ES (Hansen, 2016) with evosax's recombination weights (evosax `CMA_ES`)."""
-    return make_strategy("CMA_ES", pop_size, solution, fitness_shaping, std_init=std_init, **kwargs)
+    return evosax_strategy("CMA_ES", pop_size, solution, fitness_shaping, std_init=std_init, **kwargs)

@@ -46,8 +46,9 @@ from flax import struct
 
 from popeval.low_rank import Factors, LowRankPopulation, draw_factors, is_matrix
 
+from . import base
+from .base import Hyperparameters, Strategy, check_hyperparameters, check_shaping, strong
 from .shaping import FITNESS_SHAPING, sanitize_fitness
-from .strategy import Strategy, _check_hyperparameters, _check_shaping, _Hyperparameters, _optimizer, _strong
 
 __all__ = ["EggrollState", "eggroll", "gradient", "NAME", "HYPERPARAMETERS"]
 
@@ -81,10 +82,10 @@ def eggroll(pop_size: int, solution: Any, *, rank: int = 1, sigma: float = 0.1, 
         member_chunk: members redrawn at a time by `tell`; default `max(1, min(N, 2**20 // d))`,
             `d` the numbers one member draws.
     """
-    hyper = _Hyperparameters(learning_rate=learning_rate, lr_decay=lr_decay, lr_min=lr_min, optimizer=optimizer,
+    hyper = Hyperparameters(learning_rate=learning_rate, lr_decay=lr_decay, lr_min=lr_min, optimizer=optimizer,
                              std_init=sigma, std_decay=1.0, std_min=0.0)
     _check(hyper, rank, pop_size, fitness_shaping, member_chunk)
-    opt = _optimizer(hyper)
+    opt = base.optimizer(hyper)
     shape = FITNESS_SHAPING[fitness_shaping]
     pop_size, rank, sigma = int(pop_size), int(rank), float(sigma)
     chunk = member_chunk or default_chunk(solution, rank, pop_size)
@@ -92,7 +93,7 @@ def eggroll(pop_size: int, solution: Any, *, rank: int = 1, sigma: float = 0.1, 
     def init(key: jax.Array, mean_params: Any) -> EggrollState:
         del key  # the draws take the key of each ask
         mean_params = jax.tree.map(jnp.asarray, mean_params)
-        return _strong(EggrollState(mean=mean_params, opt_state=opt.init(mean_params), generation=jnp.int32(0)))
+        return strong(EggrollState(mean=mean_params, opt_state=opt.init(mean_params), generation=jnp.int32(0)))
 
     def ask(key: jax.Array, state: EggrollState) -> tuple[LowRankPopulation, EggrollState]:
         population = LowRankPopulation.from_key(state.mean, key, sigma, rank, pop_size=pop_size,
@@ -106,7 +107,7 @@ def eggroll(pop_size: int, solution: Any, *, rank: int = 1, sigma: float = 0.1, 
         updates, opt_state = opt.update(jax.tree.map(jnp.negative, ascent), state.opt_state, state.mean)
         new = EggrollState(mean=optax.apply_updates(state.mean, updates), opt_state=opt_state,
                            generation=state.generation + 1)
-        return _strong(new, like=state), {"nonfinite/count": nonfinite}
+        return strong(new, like=state), {"nonfinite/count": nonfinite}
 
     def mean(state: EggrollState) -> Any:
         return state.mean
@@ -115,10 +116,10 @@ def eggroll(pop_size: int, solution: Any, *, rank: int = 1, sigma: float = 0.1, 
     return Strategy(init, ask, tell, mean, NAME, pop_size, int(num_dims))
 
 
-def _check(hyper: _Hyperparameters, rank: Any, pop_size: Any, fitness_shaping: str, member_chunk: Any) -> None:
+def _check(hyper: Hyperparameters, rank: Any, pop_size: Any, fitness_shaping: str, member_chunk: Any) -> None:
     """Refuses bad hyperparameters, in one line naming them and the allowed values."""
-    _check_hyperparameters(NAME, hyper._replace(std_init=None))
-    _check_shaping(fitness_shaping)
+    check_hyperparameters(NAME, hyper._replace(std_init=None))
+    check_shaping(fitness_shaping)
     sigma = hyper.std_init
     if isinstance(sigma, bool) or not isinstance(sigma, numbers.Real) or not math.isfinite(sigma) or sigma <= 0:
         raise ValueError(f"{NAME}: sigma must be a finite number > 0, got {sigma!r}")

@@ -308,8 +308,8 @@ def test_a_run_saved_before_a_config_key_existed_still_resumes(finished, tmp_pat
     checkpoint.save(run_dir, state_dict, {**meta, "config_sha256": run_dir_lib.config_hash(saved)})
     opened = run_dir_lib.open_shared(EvolveConfig(**{**TINY, "num_generations": 5}), RunOptions(resume=str(run_dir)),
                                      primary=True)
-    opened["lock"].release()
-    assert opened["meta"]["generation"] == 4 and opened["resuming"]
+    opened.lock.release()
+    assert opened.meta["generation"] == 4 and opened.resuming
     assert json.loads((run_dir / "config.json").read_text()) == {**saved, "num_generations": 5}
     assert not (run_dir / ".lock").exists()
 

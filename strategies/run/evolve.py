@@ -43,7 +43,7 @@ from popeval.sinks import CSVSink, LogSink, PlotSink, ProgressSink, RunInfo, Sin
 
 from . import run_dir as run_dir_lib
 from .config import EvolveConfig, RunOptions
-from .programs import build, eval_fn, generation_step, init_fn, init_state
+from .programs import eval_fn, generation_step, init_fn, init_state
 
 __all__ = ["evolve", "default_sinks", "RunInterrupted"]
 
@@ -162,8 +162,8 @@ def evolve(config: EvolveConfig | None = None, options: RunOptions | None = None
     if joined and primary:
         log.info("%s", joined)
     opened = run_dir_lib.open_shared(config, options, primary)
-    if "done" in opened:
-        return opened["done"]
+    if isinstance(opened, run_dir_lib.Done):
+        return opened.summary
     ctx = _RunContext(opened, options, sinks, primary, t_start)
     try:
         state = _start(ctx)
@@ -189,19 +189,17 @@ class _RunContext:
     and generation threads; `close` releases them) and its progress (`gen`, `stacked`, `meta`:
     what a checkpoint saves, moved together once a generation is logged)."""
 
-    def __init__(self, opened: dict, options: RunOptions, sinks: Sequence[Sink] | None, primary: bool,
-                 t_start: float):
-        self.run_dir, self.resuming = Path(opened["run_dir"]), opened["resuming"]
-        self.config: EvolveConfig = opened["config"]
-        self.meta: dict = opened["meta"]
-        self.lock = opened.get("lock")
-        self.saved = opened.get("saved")  # the checkpoint read under the lock, whose metadata `meta` is
-        self.run = opened.get("run") or build(self.config)
+    def __init__(self, opened: run_dir_lib.Opened, options: RunOptions, sinks: Sequence[Sink] | None,
+                 primary: bool, t_start: float):
+        self.run_dir, self.resuming, self.config, self.run = opened.run_dir, opened.resuming, opened.config, opened.run
+        self.meta: dict = opened.meta
+        self.lock = opened.lock
+        self.saved = opened.saved  # the checkpoint read under the lock, whose metadata `meta` is
         self.primary = primary
         self.sinks: list[Sink] = (default_sinks(options) if sinks is None else list(sinks)) if primary else []
         self.startup: _Startup | None = None
         self.start_gen = int(self.meta["generation"])
-        self.last = int(opened["last"])  # the generation the run ends at (run_dir.last_generation)
+        self.last = opened.last  # the generation the run ends at (run_dir.last_generation)
         self.solved_before = self.meta.get("solved_at") is not None
         self.gen = self.start_gen  # generations run and logged
         self.stacked = None  # the state after generation `gen`, on the devices

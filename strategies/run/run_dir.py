@@ -42,8 +42,8 @@ from .config import LEGACY_RUN_KEYS, EvolveConfig, RunOptions, config_from_dict,
 from .programs import Run, build, init_state
 
 __all__ = ["CONFIG", "RESULT", "Lock", "Prepared", "prepare", "open_run", "read_config", "clean_result", "write_result",
-           "read_result", "load_policy", "export_policy", "open_shared", "complete", "last_generation", "config_hash",
-           "check_experiment", "EVAL_OVERRIDES"]
+           "read_result", "load_policy", "export_policy", "open_shared", "Opened", "Done", "complete",
+           "last_generation", "config_hash", "check_experiment", "EVAL_OVERRIDES"]
 
 CONFIG = "config.json"
 RESULT = "result.json"
@@ -520,18 +520,37 @@ def _read_own(path: Path) -> bytes | None:
         return f.read() if stat.S_ISREG(os.fstat(f.fileno()).st_mode) else None
 
 
-def open_shared(config: EvolveConfig | None, options: RunOptions, primary: bool) -> dict:
+class Done(NamedTuple):
+    """`open_shared`'s answer for a complete run: nothing to do but return its summary."""
+
+    summary: dict  # result.json's, or (none written) the run directory and its generations
+
+
+class Opened(NamedTuple):
+    """`open_shared`'s answer for a run to (continue to) run, on every process."""
+
+    run_dir: Path
+    resuming: bool
+    config: EvolveConfig
+    meta: dict  # the progress it starts from (checkpoint.json's, or a new run's)
+    last: int  # the generation it ends at (`last_generation`)
+    run: Run  # `build(config)`
+    lock: Lock | None = None  # process 0's, held until the run ends
+    saved: tuple | None = None  # process 0's checkpoint as `checkpoint.read` returned it, whose metadata `meta` is
+
+
+def open_shared(config: EvolveConfig | None, options: RunOptions, primary: bool) -> Opened | Done:
     """Prepares (or resumes) the run directory on process 0 and tells every process what it
-    found: `run_dir`, `resuming`, `config`, `meta`, and `done` (a complete run's summary) or,
-    on process 0, `lock`, the built `run` and `saved` (the checkpoint as `checkpoint.read`
-    returned it, whose metadata `meta` is). An error on process 0 is raised on every process."""
+    found: `Done` for a complete run, else `Opened`, with the programs built once (on process 0
+    before any write when `config` is given: a bad config writes nothing). An error on process 0
+    is raised on every process."""
     opened: dict = {}
     error = run = None
     held: dict = {}
     if primary:
         try:
             if config is not None:
-                run = build(config)  # a bad config fails before any write
+                run = build(config)
             opened, held = _open_primary(config, options)
         except Exception as e:
             error = e
@@ -546,15 +565,22 @@ def open_shared(config: EvolveConfig | None, options: RunOptions, primary: bool)
         raise error
     if "error" in shared:
         raise RuntimeError(shared["error"])
-    if not primary:
-        return {**shared, "config": config_from_dict(shared["config"])}
-    if "done" not in shared:
-        shared.update(held, run=run if held["config"] is config else None)
-    return shared
+    if "done" in shared:
+        return Done(shared["done"])
+    experiment = held.get("config") or config_from_dict(shared["config"])
+    try:
+        run = run if run is not None and experiment is config else build(experiment)
+    except BaseException:
+        if "lock" in held:
+            held["lock"].release(discard_dir=True)
+        raise
+    return Opened(Path(shared["run_dir"]), shared["resuming"], experiment, shared["meta"], int(shared["last"]), run,
+                  held.get("lock"), held.get("saved"))
 
 
 def _open_primary(config: EvolveConfig | None, options: RunOptions) -> tuple[dict, dict]:
-    """Process 0's part of `open_shared`: `(what every process is told, what process 0 keeps)`.
+    """Process 0's part of `open_shared`: `(what every process is told, what process 0 keeps:
+    lock, config, saved)`.
     Everything is read under the lock; a complete run's lock is released at once."""
     lock, prepared = open_run(config, options)
     try:

@@ -5,7 +5,7 @@
 
 A population of random `MLPPolicy` members (two hidden layers) plays `num_rollouts` episodes
 each through `RolloutWrapper.population_fitness`: the first call compiles, the fastest of
-`repeats` more is reported. No other library is timed: `python experiments/benchmark.py`, in
+`repeats` more is reported. No other library is timed: `python -m experiments.benchmarks`, in
 a source checkout, compares popeval with gymnax and with the machine's limit.
 """
 

@@ -422,9 +422,9 @@ def _run_episodes(args, extra):
     which = "mean" if args.which is None else args.which
     same = f"as in result.json's {which}_policy_return" if not extra else f"played with {' '.join(extra)}"
     log.info("replaying the run's final evaluation of the %s policy: its %d episodes (seed %d), %s",
-             which, config.eval_episodes, config.seed, same)
+             which, config.run.eval_episodes, config.run.seed, same)
     both = jax.tree.map(lambda m, b: jnp.stack([m, b]), mean, best.params)
-    returns = compiler.jit(policies_eval_fn(run, config))(both, obs_stats, np.int32(config.seed),
+    returns = compiler.jit(policies_eval_fn(run, config))(both, obs_stats, np.int32(config.run.seed),
                                                           np.int32(keys_lib.FINAL_EVALUATION))
     return np.asarray(returns)[("mean", "best").index(which)], which, "run"
 

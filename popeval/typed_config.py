@@ -29,7 +29,7 @@ import yaml
 
 from popeval.environments.registry import did_you_mean
 
-__all__ = ["check_types", "parse_overrides", "join_values", "takes_value", "from_mapping", "load"]
+__all__ = ["check_types", "parse_overrides", "join_values", "takes_value", "from_mapping", "load", "read"]
 
 #: A number in exponent notation (`1e-3`, `3E5`, `1.0e3`, `.5e1`): a float by YAML 1.2's rule, a string
 #: by YAML 1.1's (PyYAML's), which wants a dot and a signed exponent.
@@ -176,6 +176,15 @@ def load(cls: type, path: str | os.PathLike | None = None, overrides: list[str] 
     Raises:
         ValueError / TypeError naming an unreadable file, an unknown or a mistyped key.
     """
+    return from_mapping(cls, read(path, overrides))
+
+
+def read(path: str | os.PathLike | None = None, overrides: list[str] | dict | None = None) -> dict:
+    """The mapping of a YAML config file (`{}` when `path` is None) updated with overrides.
+
+    Raises:
+        ValueError naming an unreadable file or override.
+    """
     data: dict = {}
     if path is not None:
         try:
@@ -186,4 +195,4 @@ def load(cls: type, path: str | os.PathLike | None = None, overrides: list[str] 
         if not isinstance(data, dict):
             raise ValueError(f"{path}: a config file holds a mapping of keys to values")
     data.update(overrides if isinstance(overrides, dict) else parse_overrides(overrides or []))
-    return from_mapping(cls, data)
+    return data

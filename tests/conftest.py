@@ -7,16 +7,12 @@ import fcntl
 import json
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-# The experiments' code (`agents`, `benchmarks`) is not installed: its scripts import it with
-# `experiments/` as `sys.path[0]`, and so do the tests that test it.
-sys.path.insert(0, str(REPO / "experiments"))
 
 # One persistent XLA compilation cache for the whole session: this process, the xdist workers
 # (which inherit the variable) and every subprocess a test starts, so a program compiled once is

@@ -6,8 +6,8 @@ import dataclasses
 import json
 
 import pytest
-from agents.common import RunLogger, load_config
 
+from experiments.agents.common import RunLogger, load_config
 from popeval.sinks import read_metrics
 from popeval.typed_config import check_types
 

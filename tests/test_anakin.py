@@ -1,5 +1,5 @@
-"""Anakin (`experiments/agents/anakin.py`, `experiments/anakin.py`): TD(lambda), configs, learning,
-device counts, the script and its anchor (seed 003's own code)."""
+"""Anakin (`experiments/agents/anakin.py`, `python -m experiments.agents anakin`): TD(lambda), configs,
+learning, device counts, the command and its anchor (seed 003's own code)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from agents.anakin import AnakinConfig, train
-from agents.common import load_config
-from agents.td import td_lambda
 from conftest import read_metrics, subprocess_env
 
+from experiments.agents.anakin import AnakinConfig, train
+from experiments.agents.common import load_config
+from experiments.agents.td import td_lambda
 from popeval import sharding
 
 REPO = Path(__file__).resolve().parents[1]
@@ -108,7 +108,7 @@ def test_learns_catch_in_seconds():
 
 DEVICE_SCRIPT = textwrap.dedent("""
     import json, jax, numpy as np
-    from agents.anakin import AnakinConfig, train
+    from experiments.agents.anakin import AnakinConfig, train
     config = AnakinConfig(env_name="SpaceInvaders-MinAtar", batch_size=8, rollout_len=8, iterations=4,
                           num_calls=2, epsilon=0.2, step_size=1e-3, hidden_size=32, eval_episodes=0)
     r = train(config, quiet=True)
@@ -125,7 +125,7 @@ def test_one_two_and_four_devices_agree():
     returns. The gradient's mean over the batch, then the devices, sums in another order, so
     the losses and parameters agree to float32 rounding (1 ulp seen), not to the bit."""
     procs = {n: subprocess.Popen([sys.executable, "-c", DEVICE_SCRIPT],
-                                 env=subprocess_env(JAX_NUM_CPU_DEVICES=str(n), PYTHONPATH=str(REPO / "experiments")),
+                                 env=subprocess_env(JAX_NUM_CPU_DEVICES=str(n)), cwd=REPO,
                                  text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for n in (1, 2, 4)}
     runs = {}
     for n, proc in procs.items():
@@ -148,10 +148,10 @@ def test_script_quick_writes_the_run_and_times_the_anchor(tmp_path):
     """`--quick --anchor` on Catch: popeval's learner and the seed's haiku + rlax code (bench extra)."""
     pytest.importorskip("rlax", reason="the anchor's rlax and haiku are the bench extra: pip install -e '.[bench]'")
     run_dir = tmp_path / "run"
-    cmd = [sys.executable, str(REPO / "experiments" / "anakin.py"), "--config", str(CONFIGS / "anakin_catch.yaml"),
+    cmd = [sys.executable, "-m", "experiments.agents", "anakin", "--config", str(CONFIGS / "anakin_catch.yaml"),
            "--quick", "--run_dir", str(run_dir), "--wandb", "disabled", "--anchor"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=subprocess_env(JAX_NUM_CPU_DEVICES="2"),
-                          cwd=tmp_path, timeout=300)
+                          cwd=REPO, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "COMPILATION: Elapsed time=" in proc.stdout and "EXECUTION: Elapsed time=" in proc.stdout
     rows = read_metrics(run_dir)

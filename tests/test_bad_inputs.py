@@ -42,7 +42,7 @@ def cli_error(capsys, argv: list[str]) -> str:
 def _saved(run_dir: Path, generation: int = 3) -> Path:
     """A checkpoint of a small state at `generation`, and a valid `config.json`."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.json").write_text(json.dumps(EvolveConfig(pop_size=8).to_dict()))
+    (run_dir / "config.json").write_text(json.dumps(EvolveConfig.from_flat(pop_size=8).to_dict()))
     checkpoint.save(run_dir, {"a": np.zeros(2, np.float32)},
                     {"generation": generation, "env_steps": 10, "elapsed_seconds": 1.0, "wandb_id": None,
                      "solved_at": None})
@@ -156,7 +156,7 @@ def test_non_finite_target_is_refused(target):
     with pytest.raises(ValueError, match="target must be a finite number or null"):
         load_config(CARTPOLE, [f"--target={target}"])
     with pytest.raises(ValueError, match="target must be a finite number"):
-        EvolveConfig(target=math.nan)
+        EvolveConfig.from_flat(target=math.nan)
 
 
 def test_duplicate_yaml_keys_are_refused(tmp_path):
@@ -181,19 +181,19 @@ def test_numbers_in_exponent_notation_are_numbers_at_any_depth(tmp_path):
     config = tmp_path / "x.yaml"
     config.write_text("target: 1e2\nstrategy_kwargs:\n  learning_rate: 3e-2\n  std_init: 1.0e-1\n")
     loaded = load_config(config)
-    assert loaded.target == 100.0 and loaded.strategy_kwargs == {"learning_rate": 0.03, "std_init": 0.1}
-    assert all(isinstance(v, float) for v in loaded.strategy_kwargs.values())
+    assert loaded.run.target == 100.0 and loaded.strategy.kwargs == {"learning_rate": 0.03, "std_init": 0.1}
+    assert all(isinstance(v, float) for v in loaded.strategy.kwargs.values())
     overridden = load_config(config, ["--strategy_kwargs={learning_rate: 1e-3}", "--env_kwargs={gravity: 1e1}",
                                       "--target", "-5E-1"])
-    assert overridden.strategy_kwargs == {"learning_rate": 1e-3} and overridden.env_kwargs == {"gravity": 10.0}
-    assert overridden.target == -0.5
+    assert overridden.strategy.kwargs == {"learning_rate": 1e-3} and overridden.environment.kwargs == {"gravity": 10.0}
+    assert overridden.run.target == -0.5
     assert parse_overrides(["--x=[1e3, .5e1, '1e3', 1e, 7]"])["x"] == [1000.0, 5.0, "1e3", "1e", 7]
 
 
 def test_policy_and_env_params_that_make_no_sense_are_refused(tmp_path, capsys):
     """Issue 61 N13: `conv_pool: max` without a CNN, and an infinite physical constant."""
     with pytest.raises(ValueError, match="conv_pool: max pools a CNN's convolutions, and policy is 'mlp'"):
-        EvolveConfig(conv_pool="max")
+        EvolveConfig.from_flat(conv_pool="max")
     line = cli_error(capsys, ["evolve", *TINY, "--run_dir", str(tmp_path / "r"), "--env_kwargs={length: .inf}"])
     assert "CartPole-v1 (cartpole.EnvParams): length=inf is infinite, expected finite values in (0, inf)" in line
     assert not (tmp_path / "r").exists()

@@ -1,6 +1,6 @@
-"""The benchmark (`experiments/benchmark.py`: `benchmarks.run` and `benchmarks.programs`): the
-quick run writes the JSON it documents, rows from another device count included; the fused
-limit computes the episodes (XLA does not drop the environment); the trained CartPole
+"""The benchmark (`python -m experiments.benchmarks`: `experiments.benchmarks.run` and
+`.programs`): the quick run writes the JSON it documents, rows from another device count
+included; the fused limit computes the episodes (XLA does not drop the environment); the trained CartPole
 population keeps every episode alive for 500 steps. No speed asserts."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import json
 import jax
 import numpy as np
 import pytest
-from benchmarks import checks, programs, run
 
+from experiments.benchmarks import checks, programs, run
 from popeval import layouts
 from popeval.rollout import RolloutWrapper
 
@@ -177,9 +177,10 @@ def test_bad_counts_are_rejected_before_any_work(tmp_path):
 
 @pytest.mark.slow
 def test_quick_low_rank_benchmark_shows_which_product_ran(tmp_path):
-    """`benchmark.py low_rank --quick`: every row, `product="auto"` member by member on CartPole's
-    2x32 MLP (and the shared product forced beside it), the shared product on Pendulum's 256x256."""
-    from benchmarks import low_rank
+    """`python -m experiments.benchmarks low_rank --quick`: every row, `product="auto"` member by
+    member on CartPole's 2x32 MLP (and the shared product forced beside it), the shared product on
+    Pendulum's 256x256."""
+    from experiments.benchmarks import low_rank
 
     out = tmp_path / "low_rank.json"
     assert low_rank.main(["--quick", "--out", str(out)]) == 0
@@ -194,9 +195,9 @@ def test_quick_low_rank_benchmark_shows_which_product_ran(tmp_path):
 
 @pytest.mark.slow
 def test_the_memory_probe_reads_a_fresh_processs_peak():
-    """`benchmark.py low_rank --memory`'s probe: a child evaluating 256 members of Breakout's
-    400-256-256-6 MLP, its peak resident memory from `os.wait4`."""
-    from benchmarks import low_rank
+    """`python -m experiments.benchmarks low_rank --memory`'s probe: a child evaluating 256 members
+    of Breakout's 400-256-256-6 MLP, its peak resident memory from `os.wait4`."""
+    from experiments.benchmarks import low_rank
 
     row = low_rank.peak_memory(256)
     assert 0.1 < row["peak_rss_gib"] < 4 and np.isfinite(row["mean_return"])
@@ -204,9 +205,10 @@ def test_the_memory_probe_reads_a_fresh_processs_peak():
 
 @pytest.mark.slow
 def test_quick_cnn_benchmark_times_both_convolutions(tmp_path):
-    """`benchmark.py cnn --quick`: the one-product CNN, lax's convolution (same returns, else
-    the run stops) and the MLP, each timed, with `vs lax` the lax row's time over the row's."""
-    from benchmarks import cnn
+    """`python -m experiments.benchmarks cnn --quick`: the one-product CNN, lax's convolution (same
+    returns, else the run stops) and the MLP, each timed, with `vs lax` the lax row's time over the
+    row's."""
+    from experiments.benchmarks import cnn
 
     out = tmp_path / "cnn.json"
     assert cnn.main(["--quick", "--out", str(out)]) == 0
@@ -240,7 +242,7 @@ class _Countdown:
 def test_peer_scan_counts_the_first_episode_only():
     """The suites benchmark's peer program: an auto-resetting suite's rewards summed until the
     first `done`, however many episodes the scan runs after it; every member and episode apart."""
-    from benchmarks import suites
+    from experiments.benchmarks import suites
 
     env = _Countdown()
     fn = jax.jit(suites.peer_scan(env.reset, env.step, env, num_steps=12))
@@ -254,12 +256,12 @@ def test_peer_scan_counts_the_first_episode_only():
 
 @pytest.mark.slow
 def test_quick_suites_benchmark_runs_every_row(tmp_path):
-    """`benchmark.py suites --quick` on navix and jumanji: popeval's fitness, the fused limit
-    and the suite's own scan each run; popeval and the fused limit play the same episodes (the
+    """`python -m experiments.benchmarks suites --quick` on navix and jumanji: popeval's fitness,
+    the fused limit and the suite's own scan each run; popeval and the fused limit play the same episodes (the
     suites draw no randomness after the reset), so their live steps agree."""
     pytest.importorskip("navix")
     pytest.importorskip("jumanji")
-    from benchmarks import suites
+    from experiments.benchmarks import suites
 
     out = tmp_path / "suites.json"
     assert suites.main(["--quick", "--workloads", "Navix Empty-8x8 random", "Jumanji Snake random",

@@ -231,7 +231,7 @@ def test_evolve_help_lists_every_config_key(capsys):
 
 def test_bench_help_lists_its_options(capsys):
     """`popeval bench` times popeval alone (`popeval.bench`; tests/test_bench.py runs it); the
-    benchmark against the peers is `experiments/benchmark.py`, not part of the package."""
+    benchmark against the peers is `python -m experiments.benchmarks`, not part of the package."""
     from popeval import cli
 
     with pytest.raises(SystemExit) as done:

@@ -8,7 +8,6 @@ and figure script reads them.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import jax
@@ -23,14 +22,14 @@ from popeval.strategies.run.run_dir import read_config
 REPO = Path(__file__).resolve().parents[1]
 CONTROLLERS = sorted(p for p in (REPO / "experiments" / "controllers").iterdir() if (p / "config.json").is_file())
 #: The zoo's: one per popeval environment. A suite's controller (craftax/...) needs its extra.
-ZOO = [p for p in CONTROLLERS if "/" not in read_config(p).env_name]
+ZOO = [p for p in CONTROLLERS if "/" not in read_config(p).environment.name]
 
 
 def test_every_environment_ships_a_controller_from_its_config():
     for path in (REPO / "experiments" / "configs").glob("*.yaml"):
         if not path.name.startswith(("anakin_", "dqn_", "brax_")):  # those are other scripts' configs
             load_config(path)
-    envs = {read_config(p).env_name for p in CONTROLLERS}
+    envs = {read_config(p).environment.name for p in CONTROLLERS}
     assert set(registered_envs) <= envs, sorted(set(registered_envs) - envs)
     for path in CONTROLLERS:
         assert (REPO / "experiments" / "configs" / f"{path.name}.yaml").is_file(), path.name
@@ -43,20 +42,20 @@ def test_every_environment_ships_a_controller_from_its_config():
 #: By default one controller of each kind of policy and action (an MLP with discrete and with
 #: continuous actions, a CNN); the others under `-m slow`.
 REPLAYED = ("CartPole-v1", "Pendulum-v1", "Catch-bsuite", "Breakout-MinAtar")
-SWEEP = [pytest.param(p, id=p.name, marks=() if read_config(p).env_name in REPLAYED else pytest.mark.slow)
+SWEEP = [pytest.param(p, id=p.name, marks=() if read_config(p).environment.name in REPLAYED else pytest.mark.slow)
          for p in CONTROLLERS]
 
 
 @pytest.mark.parametrize("path", SWEEP)
 def test_shipped_controller_reproduces_its_recorded_returns(path):
     if path not in ZOO:
-        pytest.importorskip(read_config(path).env_name.split("/")[0])
+        pytest.importorskip(read_config(path).environment.name.split("/")[0])
     recorded = json.loads((path / "result.json").read_text())
     (run, mean, obs_stats, _), best = load_policy(path, "mean"), load_policy(path, "best").params
     config = read_config(path)
     # The run's own final evaluation: the same episodes, mean and best as rows 0 and 1.
-    episodes = jnp.broadcast_to(keys.evaluation_keys(config.seed, keys.FINAL_EVALUATION, config.eval_episodes),
-                                (2, config.eval_episodes))
+    episodes = jnp.broadcast_to(keys.evaluation_keys(config.run.seed, keys.FINAL_EVALUATION, config.run.eval_episodes),
+                                (2, config.run.eval_episodes))
     both = jax.tree.map(lambda m, b: jnp.stack([m, b]), mean, best)
     returns = np.mean(run.manager.population_fitness(episodes, both, obs_stats=obs_stats).returns, axis=1)
     for got, key in zip(returns, ("mean_policy_return", "best_policy_return")):
@@ -70,7 +69,7 @@ def test_export_keeps_the_policies_and_drops_the_strategy_state(tmp_path, capsys
     from popeval import cli
     from popeval.strategies import EvolveConfig, RunOptions, evolve
 
-    config = EvolveConfig(env_name="Catch-bsuite", strategy="simple_ga", pop_size=64, num_rollouts=2,
+    config = EvolveConfig.from_flat(env_name="Catch-bsuite", strategy="simple_ga", pop_size=64, num_rollouts=2,
                           num_generations=3, hidden_sizes=(8,), eval_every=3, eval_episodes=8)
     run, out = tmp_path / "run", tmp_path / "controller"
     evolve(config, RunOptions(run_dir=str(run), wandb="disabled", progress=False))
@@ -99,12 +98,9 @@ def test_export_keeps_the_policies_and_drops_the_strategy_state(tmp_path, capsys
 
 
 def _zoo():
-    sys.path.insert(0, str(REPO / "experiments"))
-    try:
-        import zoo
-    finally:
-        sys.path.pop(0)
-    return zoo
+    from experiments.zoo import results
+
+    return results
 
 
 def test_zoo_table_and_figure(tmp_path):
@@ -132,13 +128,14 @@ def test_zoo_table_and_figure(tmp_path):
     written = zoo.figure(tmp_path)
     assert sorted(p.name for p in written) == sorted(f"zoo_curves_{slug}.png" for slug in zoo.FAMILIES.values())
     assert all(p.stat().st_size > 10_000 for p in written)
-    # The site shows the figures as they are in experiments/ (docs/hooks/figures.py copies them).
-    assert sorted(p.name for p in written) == sorted(p.name for p in (REPO / "experiments").glob("zoo_curves_*.png"))
+    # The site shows the figures as they are in experiments/zoo/ (docs/hooks/figures.py copies them).
+    shipped = (REPO / "experiments" / "zoo").glob("zoo_curves_*.png")
+    assert sorted(p.name for p in written) == sorted(p.name for p in shipped)
 
 
 def test_the_docs_show_the_zoo_s_tables():
-    """README and docs/zoo.md carry `zoo.py table --short`, `zoo.py table` and `zoo.py table
-    --setups` as they are."""
+    """README and docs/zoo.md carry `python -m experiments.zoo table --short`, `... table` and
+    `... table --setups` as they are."""
     zoo = _zoo()
     assert zoo.table(short=True) in (REPO / "README.md").read_text()
     assert zoo.table() in (REPO / "docs" / "zoo.md").read_text()
@@ -181,7 +178,7 @@ FRESH = [pytest.param(p, id=p.name, marks=() if p.name in ("cartpole", "catch") 
 
 @pytest.mark.parametrize("path", FRESH)
 def test_fresh_figures_reproduce(path):
-    """`fresh.json` is what `zoo.py fresh` plays: its episodes, both policies."""
+    """`fresh.json` is what `python -m experiments.zoo fresh` plays: its episodes, both policies."""
     recorded = json.loads((path / "fresh.json").read_text())
     got = _zoo().fresh_eval(path, recorded["episodes"])
     for key in ("mean_policy_return", "best_policy_return"):
@@ -209,11 +206,10 @@ def test_shipped_results_name_no_path_of_the_machine_that_ran_them():
 
 @pytest.mark.slow
 def test_craftax_eval_plays_popeval_eval_s_episodes(tmp_path, capsys):
-    """`experiments/craftax_eval.py`: the controller's reward on the fresh episodes is `popeval
+    """`python -m experiments.zoo craftax_eval`: the controller's reward on the fresh episodes is `popeval
     eval --num_env_steps=10000`'s, and it counts achievements beside it (random play's too)."""
     pytest.importorskip("craftax")
-    import craftax_eval
-
+    from experiments.zoo import craftax_eval
     from popeval import cli
 
     controller = REPO / "experiments" / "controllers" / "craftax_classic"

@@ -302,7 +302,7 @@ def test_evolve_runs_a_gymnax_contract_environment(fresh_registry, tmp_path):
     from strategies import EvolveConfig, RunOptions, evolve
 
     register("GymnaxLine-v0", lambda **kwargs: GymnaxLine(**kwargs))
-    config = EvolveConfig(env_name="GymnaxLine-v0", hidden_sizes=(4,), pop_size=8, num_rollouts=2,
+    config = EvolveConfig.from_flat(env_name="GymnaxLine-v0", hidden_sizes=(4,), pop_size=8, num_rollouts=2,
                           num_generations=2, eval_every=2, eval_episodes=4, checkpoint_every=2)
     summary = evolve(config, RunOptions(run_dir=str(tmp_path / "run"), wandb="disabled", progress=False), sinks=[])
     assert summary["generations"] == 2 and np.isfinite(summary["mean_policy_return"])
@@ -383,7 +383,7 @@ def test_evolve_warns_when_every_return_of_its_first_generation_is_not_finite(fr
     from strategies import EvolveConfig, RunOptions, evolve
 
     register("NaNLine-v0", NaNReward)
-    config = EvolveConfig(env_name="NaNLine-v0", hidden_sizes=(4,), pop_size=8, num_rollouts=1,
+    config = EvolveConfig.from_flat(env_name="NaNLine-v0", hidden_sizes=(4,), pop_size=8, num_rollouts=1,
                           num_generations=2, eval_every=2, eval_episodes=2, checkpoint_every=2)
     with caplog.at_level(logging.WARNING, logger="popeval"):
         evolve(config, RunOptions(run_dir=str(tmp_path / "run"), wandb="disabled", progress=False), sinks=[])

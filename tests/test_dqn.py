@@ -1,5 +1,5 @@
-"""DQN (`experiments/agents/dqn.py`, `experiments/dqn.py`): the ring buffer, the Bellman target,
-configs, learning in a short run, and the script with its anchor (seed 002's Python loop)."""
+"""DQN (`experiments/agents/dqn.py`, `python -m experiments.agents dqn`): the ring buffer, the Bellman
+target, configs, learning in a short run, and the command with its anchor (seed 002's Python loop)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from agents.common import load_config
-from agents.dqn import (
+from conftest import read_metrics, subprocess_env
+
+from experiments.agents.common import load_config
+from experiments.agents.dqn import (
     DQNConfig,
     Transition,
     bellman_target,
@@ -23,7 +25,6 @@ from agents.dqn import (
     buffer_sample,
     train,
 )
-from conftest import read_metrics, subprocess_env
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "experiments" / "configs" / "dqn_cartpole.yaml"
@@ -126,7 +127,7 @@ def test_script_quick_learns_and_times_the_anchor(tmp_path):
     pytest.importorskip("gymnasium")
     run_dir = tmp_path / "run"
     out = subprocess.run(
-        [sys.executable, "experiments/dqn.py", "--config", str(CONFIG), "--quick", "--anchor",
+        [sys.executable, "-m", "experiments.agents", "dqn", "--config", str(CONFIG), "--quick", "--anchor",
          "--anchor_steps", "1400", "--run_dir", str(run_dir), "--wandb", "disabled", "--seed=1"],
         cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -137,9 +137,9 @@ def test_bad_population_size_and_shaping_are_refused(tmp_path, capsys):
 def resumed_run(tmp_path_factory):
     """`(resumed, uninterrupted)` run directories: 4 generations resumed to 6, and 6 at once."""
     root = tmp_path_factory.mktemp("eggroll")
-    evolve(EvolveConfig(**TINY), RunOptions(run_dir=str(root / "resumed"), **QUIET))
-    evolve(EvolveConfig(**{**TINY, "num_generations": 6}), RunOptions(resume=str(root / "resumed"), **QUIET))
-    evolve(EvolveConfig(**{**TINY, "num_generations": 6}), RunOptions(run_dir=str(root / "full"), **QUIET))
+    evolve(EvolveConfig.from_flat(**TINY), RunOptions(run_dir=str(root / "resumed"), **QUIET))
+    evolve(EvolveConfig.from_flat(**{**TINY, "num_generations": 6}), RunOptions(resume=str(root / "resumed"), **QUIET))
+    evolve(EvolveConfig.from_flat(**{**TINY, "num_generations": 6}), RunOptions(run_dir=str(root / "full"), **QUIET))
     return root / "resumed", root / "full"
 
 
@@ -179,7 +179,7 @@ def test_no_program_holds_a_members_matrix():
     from popeval.strategies.run.programs import build, generation_step, init_state
 
     kwargs = {**TINY["strategy_kwargs"], "rank": 1}
-    config = EvolveConfig(**{**TINY, "pop_size": 16, "hidden_sizes": [64, 64], "compaction": False,
+    config = EvolveConfig.from_flat(**{**TINY, "pop_size": 16, "hidden_sizes": [64, 64], "compaction": False,
                              "strategy_kwargs": kwargs})
     run = build(config)
     step = generation_step(run, config, 1)
@@ -214,14 +214,9 @@ def test_one_and_three_devices_give_identical_runs(tmp_path):
 
 
 def _learning():
-    from pathlib import Path
+    from experiments.learning import comparisons
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-    try:
-        import learning
-    finally:
-        sys.path.pop(0)
-    return learning
+    return comparisons
 
 
 def test_the_learning_table_gives_median_range_and_solved_generations():

@@ -151,8 +151,8 @@ def test_env_module_is_a_config_key_in_yaml_and_on_the_command_line(tmp_path):
     (tmp_path / "tiny.yaml").write_text("env_module: my_pkg.envs\nenv_name: MyEnv-v0\n")
     for config in (load_config(tmp_path / "tiny.yaml"), load_config(None, ["--env_module=my_pkg.envs"]),
                    load_config(None, ["--env_module", "my_pkg.envs"]), load_config(None, ["--env-module=my_pkg.envs"])):
-        assert config.env_module == "my_pkg.envs"
-    assert EvolveConfig().env_module is None and "env_module" in EvolveConfig().to_dict()
+        assert config.environment.module == "my_pkg.envs"
+    assert EvolveConfig().environment.module is None and "env_module" in EvolveConfig().to_dict()
 
 
 def test_runs_without_env_module_keep_their_experiment_hash():
@@ -166,7 +166,7 @@ def test_runs_without_env_module_keep_their_experiment_hash():
         made_by = {"config_sha256": run_dir_lib.config_hash(saved)}  # what a checkpoint of that run records
         run_dir_lib.check_experiment(config_file.parent, made_by)
         config = run_dir_lib.read_config(config_file.parent)
-        assert config.env_module is None and run_dir_lib.config_hash(config) != made_by["config_sha256"]
+        assert config.environment.module is None and run_dir_lib.config_hash(config) != made_by["config_sha256"]
 
 
 def test_a_file_in_the_current_directory_is_found_by_the_command(envs, tmp_path, monkeypatch):
@@ -247,9 +247,9 @@ def test_a_module_that_registers_nothing_is_one_line(envs, tmp_path, capsys):
 def test_a_file_name_for_env_module_is_refused_with_the_module_name():
     with pytest.raises(ValueError, match=r"env_module must name a module .*got 'my_envs.py'; for the file "
                                          r"my_envs.py write my_envs$"):
-        EvolveConfig(env_module="my_envs.py")
+        EvolveConfig.from_flat(env_module="my_envs.py")
     with pytest.raises(ValueError, match="write my_pkg.envs$"):
-        EvolveConfig(env_module="my_pkg/envs.py")
+        EvolveConfig.from_flat(env_module="my_pkg/envs.py")
 
 
 def test_an_unknown_id_names_the_close_ones_and_the_ways_to_register_one(envs, monkeypatch):

@@ -14,7 +14,7 @@ from popeval.strategies import EvolveConfig, RunOptions, evolve
 @pytest.fixture(scope="session")
 def run_dir(tmp_path_factory):
     """A tiny Pendulum run: float returns, so other episodes give another mean."""
-    config = EvolveConfig(env_name="Pendulum-v1", pop_size=8, num_rollouts=1, num_generations=2,
+    config = EvolveConfig.from_flat(env_name="Pendulum-v1", pop_size=8, num_rollouts=1, num_generations=2,
                           hidden_sizes=(4,), num_env_steps=20, eval_every=2, eval_episodes=4)
     path = tmp_path_factory.mktemp("eval") / "run"
     evolve(config, RunOptions(run_dir=str(path), wandb="disabled", progress=False))

@@ -110,10 +110,11 @@ def base_run(tmp_path_factory):
             mp.setenv("WANDB_SILENT", "true")
             with mp.context() as failing:
                 failing.setattr(wandb, "init", broken_init)
-                first = evolve(EvolveConfig(**TINY), RunOptions(run_dir=str(run_dir), wandb="online", progress=False))
+                first = evolve(EvolveConfig.from_flat(**TINY),
+                               RunOptions(run_dir=str(run_dir), wandb="online", progress=False))
             first_warnings = list(warnings.messages)
             rows_before = read_metrics(run_dir)
-            resumed = evolve(EvolveConfig(**{**TINY, "num_generations": 6}),
+            resumed = evolve(EvolveConfig.from_flat(**{**TINY, "num_generations": 6}),
                              RunOptions(resume=str(run_dir), wandb="offline", progress=False))
     finally:
         logger.removeHandler(warnings)
@@ -133,7 +134,7 @@ def test_restored_state_has_the_compiled_programs_types(base_run):
     from popeval.strategies.run.programs import init_fn, init_state
 
     assert base_run["first"]["generations"] == 4 and base_run["resumed"]["generations"] == 6
-    config = EvolveConfig(**TINY)
+    config = EvolveConfig.from_flat(**TINY)
     run = build(config)
     restored, meta = checkpoint.load(base_run["run_dir"], init_state(run, config))
     expected = jax.eval_shape(init_fn(run, config), np.int32(0))
@@ -144,7 +145,7 @@ def test_restored_state_has_the_compiled_programs_types(base_run):
 
 def test_the_loop_starts_logs_and_closes_the_sinks_it_is_given(tmp_path):
     recorder = _Recorder()
-    evolve(EvolveConfig(**{**TINY, "num_generations": 3}), RunOptions(run_dir=str(tmp_path / "r")),
+    evolve(EvolveConfig.from_flat(**{**TINY, "num_generations": 3}), RunOptions(run_dir=str(tmp_path / "r")),
            sinks=[recorder])
     assert recorder.calls == [("start", 0, 3), ("log", 1, 1), ("log", 2, 2), ("log", 3, 3), ("close",)]
     assert not (tmp_path / "r" / "metrics.csv").exists()  # no sink, no CSV
@@ -158,7 +159,7 @@ def test_sinks_are_closed_when_the_run_fails(tmp_path):
 
     failing = Failing()
     with pytest.raises(RuntimeError, match="disk full"):
-        evolve(EvolveConfig(**TINY), RunOptions(run_dir=str(tmp_path / "r")), sinks=[failing])
+        evolve(EvolveConfig.from_flat(**TINY), RunOptions(run_dir=str(tmp_path / "r")), sinks=[failing])
     assert failing.calls[-1] == ("close",)
     assert threading_helpers_alive() == []
 
@@ -238,10 +239,10 @@ def test_invalid_configs_raise_and_write_nothing(tmp_path):
                        ({"pop_size": 7}, "even"),
                        ({"strategy": "cma_es", "sharded_sampling": True}, "CMA_ES cannot sample its members")]:
         with pytest.raises(ValueError, match=match):
-            evolve(EvolveConfig(**{**TINY, **bad}), RunOptions(run_dir=str(run_dir), **QUIET))
+            evolve(EvolveConfig.from_flat(**{**TINY, **bad}), RunOptions(run_dir=str(run_dir), **QUIET))
         assert not run_dir.exists() or not any(run_dir.iterdir()), bad
     with pytest.raises(ValueError, match="pop_size must be >= 2"):
-        EvolveConfig(**{**TINY, "pop_size": 1})
+        EvolveConfig.from_flat(**{**TINY, "pop_size": 1})
 
 
 def test_unknown_and_mistyped_config_keys_are_named(tmp_path):
@@ -257,14 +258,14 @@ def test_unknown_and_mistyped_config_keys_are_named(tmp_path):
         load_config(path, ["num_generations=lots"])
     with pytest.raises(ValueError, match="'no_such_key'"):
         load_config(path, ["--no-such-key=1"])
-    assert load_config(path, ["--pop-size=16"]).pop_size == 16
+    assert load_config(path, ["--pop-size=16"]).strategy.pop_size == 16
 
 
 def test_resume_from_a_directory_that_is_not_a_run(tmp_path):
     (tmp_path / "notes.txt").write_text("not a run")
     before = snapshot(tmp_path)
     with pytest.raises(ValueError, match="not a popeval run"):
-        evolve(EvolveConfig(**TINY), RunOptions(resume=str(tmp_path), **QUIET))
+        evolve(EvolveConfig.from_flat(**TINY), RunOptions(resume=str(tmp_path), **QUIET))
     assert snapshot(tmp_path) == before
 
 
@@ -273,9 +274,9 @@ def test_resume_with_another_config_and_reuse_of_a_run_dir_modify_nothing(base_r
     run_dir = base_run["run_dir"]
     before = snapshot(run_dir)
     with pytest.raises(ValueError, match="pop_size"):
-        evolve(EvolveConfig(**{**TINY, "pop_size": 16}), RunOptions(resume=str(run_dir), **QUIET))
+        evolve(EvolveConfig.from_flat(**{**TINY, "pop_size": 16}), RunOptions(resume=str(run_dir), **QUIET))
     with pytest.raises(ValueError, match="not empty"):
-        evolve(EvolveConfig(**TINY), RunOptions(run_dir=str(run_dir), **QUIET))
+        evolve(EvolveConfig.from_flat(**TINY), RunOptions(run_dir=str(run_dir), **QUIET))
     assert snapshot(run_dir) == before
 
 
@@ -297,7 +298,7 @@ def test_a_resumed_run_equals_the_uninterrupted_one(base_run, tmp_path):
     """In one process: 4 generations, then resumed to 6, give the metrics and the checkpoint of
     6 at once (a killed process: `test_killed_run_resumes_exactly`, slow)."""
     full = tmp_path / "full"
-    evolve(EvolveConfig(**{**TINY, "num_generations": 6}), RunOptions(run_dir=str(full), wandb="disabled",
+    evolve(EvolveConfig.from_flat(**{**TINY, "num_generations": 6}), RunOptions(run_dir=str(full), wandb="disabled",
                                                                       progress=False))
     resumed = read_metrics(base_run["run_dir"], timing=False)
     assert [int(r["generation"]) for r in resumed] == list(range(1, 7))
@@ -363,9 +364,9 @@ def test_run_options_and_lstm_sizes_are_checked():
     with pytest.raises(ValueError, match="distributed_timeout"):
         RunOptions(distributed_timeout=0)
     with pytest.raises(ValueError, match="together"):
-        evolve(EvolveConfig(**TINY), RunOptions(num_processes=2, **QUIET))
+        evolve(EvolveConfig.from_flat(**TINY), RunOptions(num_processes=2, **QUIET))
     with pytest.raises(ValueError, match="one hidden size"):
-        EvolveConfig(policy="lstm", hidden_sizes=(8, 8))
+        EvolveConfig.from_flat(policy="lstm", hidden_sizes=(8, 8))
 
 
 @pytest.mark.xdist_group("evolve-base-run")  # one worker where --dist loadgroup groups
@@ -392,7 +393,7 @@ def test_resume_with_another_yaml_is_refused(base_run, tmp_path, monkeypatch, ca
 ])
 def test_evolve_config_refuses_bad_values_at_construction(bad):
     with pytest.raises((TypeError, ValueError), match=next(iter(bad))):
-        EvolveConfig(**{**TINY, **bad})
+        EvolveConfig.from_flat(**{**TINY, **bad})
 
 
 @pytest.mark.parametrize("steps", [2.5, "10", True, 0])
@@ -401,3 +402,27 @@ def test_rollout_wrapper_refuses_a_non_integer_episode_length(steps):
 
     with pytest.raises(ValueError, match="num_env_steps"):
         RolloutWrapper(None, env_name="CartPole-v1", num_env_steps=steps)
+
+
+def test_a_config_may_give_its_sections_as_mappings(tmp_path):
+    """`strategy: {name: snes, pop_size: 64}` is `strategy: snes` and `pop_size: 64`; a flat key
+    on the command line overrides a section's field; each section checks its own fields."""
+    from popeval.strategies.run.config import PolicyConfig, config_from_dict
+
+    nested, flat = tmp_path / "nested.yaml", tmp_path / "flat.yaml"
+    nested.write_text("environment: {name: Pendulum-v1}\nstrategy: {name: snes, pop_size: 64}\n"
+                      "policy: {kind: mlp, hidden_sizes: [8]}\nrun: {num_generations: 3}\n")
+    flat.write_text("env_name: Pendulum-v1\nstrategy: snes\npop_size: 64\npolicy: mlp\nhidden_sizes: [8]\n"
+                    "num_generations: 3\n")
+    config = load_config(nested)
+    assert config == load_config(flat) and config.strategy.name == "snes" and config.policy.hidden_sizes == (8,)
+    assert load_config(nested, ["--pop_size=16"]).strategy.pop_size == 16
+    assert config_from_dict(config.to_dict()) == config and EvolveConfig.from_flat(**config.to_dict()) == config
+    with pytest.raises(ValueError, match=r"'strategy.pop_sise'.*'pop_size'"):
+        config_from_dict({"strategy": {"pop_sise": 4}})
+    with pytest.raises(ValueError, match="'strategy.pop_size' given twice"):
+        config_from_dict({"pop_size": 8, "strategy": {"pop_size": 4}})
+    with pytest.raises(TypeError, match="'env_kwargs'"):
+        config_from_dict({"env_kwargs": []})
+    with pytest.raises(ValueError, match="conv_pool"):
+        PolicyConfig(kind="mlp", conv_pool="max")

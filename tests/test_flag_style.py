@@ -1,6 +1,6 @@
-"""One flag style: `popeval` and every `experiments/` script spell their options
+"""One flag style: `popeval` and every `experiments/` command spell their options
 `--snake_case` (`--pop_size=16`, `--pop_sizes 64 512`), and so do the documented commands;
-kebab-case spellings stay as aliases of recorded commands, and the agents' scripts take config
+kebab-case spellings stay as aliases of recorded commands, and the agents' command takes config
 overrides as `--key=value`. As in any argparse tool, `--key value` works wherever `--key=value`
 does, config keys included."""
 
@@ -17,11 +17,11 @@ KEBAB = re.compile(r"--[a-z0-9_]+-[a-z0-9_-]+")
 #: Other tools' options in the docs (pytest's).
 OTHERS = {"--cov-report"}
 SCRIPTS = sorted(p for p in (REPO / "experiments").rglob("*.py") if "add_argument(" in p.read_text())
-DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "experiments" / "README.md",
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "experiments").rglob("README.md")),
         *sorted((REPO / "experiments" / "configs").glob("*.yaml"))]
 
 
-@pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: str(p.relative_to(REPO / "experiments")))
 def test_experiments_scripts_spell_their_flags_in_snake_case(path):
     """Each option's first spelling (the one `--help` and the usage show) is snake_case; the
     script's own docstring and messages use it too (the aliases are the only kebab-case left)."""
@@ -50,27 +50,27 @@ def test_documented_commands_spell_flags_in_snake_case():
 
 
 def test_the_kebab_spellings_still_parse():
-    from benchmarks.run import parse_args
+    from experiments.benchmarks.run import parse_args
 
     args = parse_args(["--pop-sizes", "8", "16", "--quiet-below", "2", "--no-memory-check", "--max-mem-mb", "5"])
     assert (args.pop_sizes, args.quiet_below, args.no_memory_check, args.max_mem_mb) == ([8, 16], 2.0, True, 5.0)
     assert parse_args(["--pop_sizes", "8", "--quiet_below=2"]).pop_sizes == [8]
 
 
-@pytest.mark.parametrize("module, config, key", [("dqn", "DQNConfig", "num_seeds"),
-                                                 ("anakin", "AnakinConfig", "num_calls")])
-def test_agent_scripts_take_config_overrides_as_flags(module, config, key):
+@pytest.mark.parametrize("agent, config, key", [("dqn", "DQNConfig", "num_seeds"),
+                                                ("anakin", "AnakinConfig", "num_calls")])
+def test_agent_commands_take_config_overrides_as_flags(agent, config, key):
     """`--key=value` like `popeval evolve`; the old positional `key=value` still works."""
-    from agents.common import load_config
+    from experiments.agents.__main__ import parse_args
+    from experiments.agents.common import load_config
 
-    args, overrides = importlib.import_module(module).parse_args(
-        ["--quick", "--run-dir", "x", f"--{key}=3", "--wandb", "disabled", "seed=1"])
-    assert (args.quick, args.run_dir, args.wandb) == (True, "x", "disabled")
-    cls = getattr(importlib.import_module(f"agents.{module}"), config)
+    args, overrides = parse_args([agent, "--quick", "--run-dir", "x", f"--{key}=3", "--wandb", "disabled", "seed=1"])
+    assert (args.agent, args.quick, args.run_dir, args.wandb) == (agent, True, "x", "disabled")
+    cls = getattr(importlib.import_module(f"experiments.agents.{agent}"), config)
     loaded = load_config(cls, None, overrides)
     assert (getattr(loaded, key), loaded.seed) == (3, 1)
-    spaced = ["--quick", f"--{key}", "3", "--wandb", "disabled", "seed=1"]
-    assert load_config(cls, None, importlib.import_module(module).parse_args(spaced)[1]) == loaded
+    spaced = [agent, "--quick", f"--{key}", "3", "--wandb", "disabled", "seed=1"]
+    assert load_config(cls, None, parse_args(spaced)[1]) == loaded
 
 
 # ------------------------------------------------------------------ `--key value` as `--key=value`
@@ -100,9 +100,10 @@ def test_evolve_takes_key_space_value_like_key_equals_value(evolve_calls, capsys
     assert cli.main(["evolve", *SPACED]) == 0 and cli.main(["evolve", *JOINED]) == 0
     (spaced, spaced_options), (joined, joined_options) = evolve_calls
     assert spaced == joined and spaced_options == joined_options
-    assert (spaced.pop_size, spaced.target, spaced.stop_at_target, spaced.seed) == (8, -5.0, True, -3)
-    assert (spaced.strategy_kwargs, spaced.hidden_sizes, spaced.env_name) == ({"learning_rate": 0.1}, (8, 8),
-                                                                               "CartPole-v1")
+    run = spaced.run
+    assert (spaced.strategy.pop_size, run.target, run.stop_at_target, run.seed) == (8, -5.0, True, -3)
+    assert (spaced.strategy.kwargs, spaced.policy.hidden_sizes, spaced.environment.name) == (
+        {"learning_rate": 0.1}, (8, 8), "CartPole-v1")
     assert (spaced_options.run_dir, spaced_options.wandb, spaced_options.wandb_project,
             spaced_options.progress, spaced_options.distributed_timeout) == ("runs/x", "disabled", "p", False, 5.0)
 
@@ -143,4 +144,5 @@ def test_overrides_from_python_take_both_spellings():
 
     spaced = load_config(None, ["--pop_size", "8", "--target", "-1e-3", "seed=2", "--env_name=Acrobot-v1"])
     assert spaced == load_config(None, ["--pop_size=8", "--target=-1e-3", "--seed=2", "--env_name=Acrobot-v1"])
-    assert (spaced.pop_size, spaced.target, spaced.seed, spaced.env_name) == (8, -1e-3, 2, "Acrobot-v1")
+    assert (spaced.strategy.pop_size, spaced.run.target, spaced.run.seed, spaced.environment.name) == (
+        8, -1e-3, 2, "Acrobot-v1")

@@ -4,15 +4,17 @@
 
 An environment imports nothing from the engine or the strategies; an engine module imports
 nothing from the strategies (the command line, the application entry point, and the lazy
-top-level namespace excepted); no library module imports the experiments' code (`experiments`,
-or what its scripts import with `experiments/` on `sys.path`: `benchmarks`, `agents`, ...),
-which only the experiments and the tests use. Also: no module loads another one by file path.
+top-level namespace excepted); no library module imports the experiments' code (the
+`experiments` package), which only the experiments and the tests use. Also: no module loads
+another one by file path, and the experiments are imported by their absolute names
+(`experiments.zoo.results`), never by a bare name from a folder put on `sys.path`.
 (How long a function may be is ruff's McCabe limit, `tests/test_lint.py`.)
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -20,9 +22,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 #: Directory on disk -> the package it installs as.
 PACKAGES = {"environments": "popeval.environments", "strategies": "popeval.strategies", "popeval": "popeval"}
-#: Top-level names of the experiments' code: its scripts and packages (`benchmarks`, `agents`), not installed.
-EXPERIMENTS = {"experiments"} | {p.stem for p in (REPO / "experiments").glob("*.py")} | {
-    p.name for p in (REPO / "experiments").iterdir() if (p / "__init__.py").is_file()}
+#: Top-level name of the experiments' code (not installed): the `experiments` package, run from the
+#: repository's root (`python -m experiments.zoo`).
+EXPERIMENTS = {"experiments"}
 #: Engine modules that may import the strategies: the application layer.
 APPLICATION = {"popeval.cli", "popeval"}
 
@@ -102,8 +104,8 @@ def test_the_graph_reader_sees_a_violation():
     assert layer("popeval.rollout") == "engine" and layer("popeval.environments.registry") == "environments"
     evolve_py = REPO / "strategies" / "run" / "evolve.py"
     assert "popeval.strategies.run.run_dir" in imports("popeval.strategies.run.evolve", evolve_py)
-    assert {"benchmarks", "agents", "benchmark"} <= EXPERIMENTS
-    assert layer("benchmarks.programs") == layer("agents") == layer("experiments.zoo") == "experiments"
+    assert layer("experiments.benchmarks.programs") == layer("experiments.agents") == "experiments"
+    assert layer("experiments") == "experiments" and layer("experimental") == "outside"
 
 
 def experiments_imports(path: Path) -> list[str]:
@@ -114,10 +116,12 @@ def experiments_imports(path: Path) -> list[str]:
 def test_the_library_imports_no_experiments_code(tmp_path):
     """The installed library (popeval/, strategies/, environments/) never imports the
     experiments' code; the experiments' scripts and the tests (which test them) may."""
-    assert experiments_imports(REPO / "experiments" / "benchmark.py")  # the check sees such imports
+    assert experiments_imports(REPO / "experiments" / "benchmarks" / "__main__.py")  # the check sees such imports
     bad = tmp_path / "bad.py"
-    bad.write_text("import jax\ndef f():\n    from benchmarks import programs\n    import agents.dqn\n")
-    assert experiments_imports(bad) == ["agents.dqn", "benchmarks", "benchmarks.programs"]
+    bad.write_text("import jax\ndef f():\n    from experiments.benchmarks import programs\n"
+                   "    import experiments.agents.dqn\n")
+    assert experiments_imports(bad) == ["experiments.agents.dqn", "experiments.benchmarks",
+                                        "experiments.benchmarks.programs"]
     for folder in PACKAGES:
         for path in (REPO / folder).rglob("*.py"):
             assert not experiments_imports(path), f"{path} imports {experiments_imports(path)}"
@@ -128,6 +132,32 @@ def test_no_module_loads_another_by_file_path():
         for path in (REPO / folder).rglob("*.py"):
             text = path.read_text()
             assert "spec_from_file_location" not in text or path.name == "test_layers.py", path
+
+
+#: Editing the import path in code: the experiments, the tests and the docs' hooks import the
+#: experiments as the `experiments` package instead.
+SYS_PATH_EDIT = re.compile(r"sys\.path\s*(\.\s*(insert|append|extend)\b|\+?=)")
+
+
+def bare_experiments_imports(path: Path) -> list[str]:
+    """The imports in `path` of an experiments' module or folder by its bare name (`import zoo`,
+    `from benchmarks.run import main`), which only resolve with a folder of `experiments/` on
+    `sys.path`."""
+    folders = [p for p in (REPO / "experiments").iterdir() if (p / "__init__.py").is_file()]
+    bare = {p.name for p in folders} | ({m.stem for p in folders for m in p.glob("*.py")} - {"__init__", "__main__"})
+    return sorted(m for m in imports(path.stem, path) if m.split(".")[0] in bare)
+
+
+def test_the_experiments_are_imported_by_their_package_s_name(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import sys\nsys.path.insert(0, 'experiments')\nimport zoo\nfrom benchmarks.run import main\n")
+    assert SYS_PATH_EDIT.search(bad.read_text()) and bare_experiments_imports(bad) == [
+        "benchmarks.run", "benchmarks.run.main", "zoo"]
+    assert not SYS_PATH_EDIT.search("monkeypatch.setattr(sys, 'path', [])\nsys.path.count(here)")
+    for folder in ("experiments", "tests", "docs/hooks"):
+        for path in (REPO / folder).rglob("*.py"):
+            assert not SYS_PATH_EDIT.search(path.read_text()) or path.name == "test_layers.py", path
+            assert not bare_experiments_imports(path), f"{path} imports {bare_experiments_imports(path)}"
 
 
 # ------------------------------------------------------------------ no import cycle; the registry imported by none

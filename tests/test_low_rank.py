@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import REPO, subprocess_env
+from conftest import subprocess_env
 
 from popeval import CNNPolicy, LowRankPopulation, LSTMPolicy, MLPPolicy, RolloutWrapper, layouts, low_rank, make
 from popeval.compiler import options
@@ -298,10 +298,9 @@ def test_bad_factors_and_arguments_are_refused_in_a_line(pendulum):
 
 @pytest.mark.slow  # the library's update is tested in test_eggroll.py; docs/rollouts.md runs the loop
 def test_eggroll_example_learns_cartpole():
-    """`experiments/eggroll_es.py`: its generation (draws, `population_fitness` of a
+    """`python -m experiments.examples eggroll_es`: its generation (draws, `population_fitness` of a
     `LowRankPopulation` inside `jax.jit`, the update) reaches a return of 400 in 20 generations."""
-    sys.path.insert(0, str(REPO / "experiments"))
-    import eggroll_es
+    from experiments.examples import eggroll_es
 
     assert eggroll_es.main(["--generations", "20"]) >= 400
 

@@ -131,31 +131,33 @@ def test_sampled_heads_in_rollouts(env_id, cls, kwargs, steps):
 
 
 def test_config_builds_and_refuses_policies():
-    run = build(EvolveConfig(env_name="Asterix-MinAtar", policy="cnn", conv_channels=(4,), hidden_sizes=(8,),
+    run = build(EvolveConfig.from_flat(env_name="Asterix-MinAtar", policy="cnn", conv_channels=(4,), hidden_sizes=(8,),
                              head="sampled", conv_kernel=(2, 10)))
     assert isinstance(run.policy, CNNPolicy) and run.policy.head == "sampled" and run.policy.conv_channels == (4,)
     assert run.template["params"]["Conv_0"]["kernel"].shape == (2, 10, 4, 4) and run.policy.kernel_size == (2, 10)
-    pooled = build(EvolveConfig(env_name="Freeway-MinAtar", policy="cnn", conv_channels=(4,), hidden_sizes=(8,),
+    pooled = build(EvolveConfig.from_flat(env_name="Freeway-MinAtar", policy="cnn", conv_channels=(4,),
+                                          hidden_sizes=(8,),
                                 conv_kernel=(3, 10), conv_pool="max"))
     assert pooled.policy.pool == "max" and pooled.template["params"]["Dense_0"]["kernel"].shape == (4, 8)
-    lstm = build(EvolveConfig(env_name="Pendulum-v1", policy="lstm", hidden_sizes=(4,), head="sampled", action_std=0.2))
+    lstm = build(EvolveConfig.from_flat(env_name="Pendulum-v1", policy="lstm", hidden_sizes=(4,), head="sampled",
+                                        action_std=0.2))
     assert lstm.policy.action_std == 0.2 and "log_std" not in lstm.template["params"]
     with pytest.raises(ValueError, match="image observations"):
-        build(EvolveConfig(policy="cnn"))
+        build(EvolveConfig.from_flat(policy="cnn"))
     for bad, match in [({"head": "sample"}, "did you mean 'sampled'"), ({"policy": "conv"}, "policy must be one of"),
                        ({"conv_channels": (0,)}, "conv_channels"), ({"action_std": 0.0}, "action_std"),
                        ({"conv_kernel": (3,)}, r"conv_kernel must be \[height, width\], got \[3\]"),
                        ({"conv_kernel": (3, 0)}, "conv_kernel must be positive integers"),
                        ({"conv_pool": "avg"}, r"conv_pool must be one of \['none', 'max'\]")]:
         with pytest.raises(ValueError, match=match):
-            EvolveConfig(**bad)
+            EvolveConfig.from_flat(**bad)
 
 
 @pytest.mark.slow
 def test_a_sampled_cnn_evolves_from_its_config(tmp_path):
     """A short run with a sampled CNN evolves (by default the Breakout controller's replay builds
     a CNN run from its config)."""
-    config = EvolveConfig(env_name="Breakout-MinAtar", policy="cnn", conv_channels=(4,), hidden_sizes=(8,),
+    config = EvolveConfig.from_flat(env_name="Breakout-MinAtar", policy="cnn", conv_channels=(4,), hidden_sizes=(8,),
                           head="sampled", strategy="snes", pop_size=8, num_rollouts=1, num_generations=2,
                           num_env_steps=50, eval_every=2, eval_episodes=2)
     summary = evolve(config, RunOptions(run_dir=str(tmp_path / "run"), wandb="disabled", progress=False))

@@ -1,25 +1,21 @@
-"""`experiments/references.py` reproduces the references the zoo configs derive themselves.
+"""`python -m experiments.zoo references` reproduces the references the zoo configs derive themselves.
 
 The cheap ones run at the config's episode count and must give the config's `# Reference:`
 value to its printed digits (the episodes' keys are fixed, so the figure is deterministic).
 The MinAtar players run on a few episodes only (the full figures take minutes:
-`python experiments/references.py`) and must play far above random.
+`python -m experiments.zoo references`) and must play far above random.
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
+from experiments.zoo import references
+from experiments.zoo import results as zoo
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "experiments"))
-try:
-    import references
-    import zoo
-finally:
-    sys.path.pop(0)
 
 CHEAP = ("bernoulli_bandit", "gaussian_bandit", "frozen_lake", "mnist_bandit", "pong", "reacher", "swimmer")
 

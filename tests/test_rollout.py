@@ -747,3 +747,24 @@ def test_methods_compile_with_popevals_options_and_run_inside_other_programs():
     x = jnp.arange(3.0)
     np.testing.assert_allclose(jax.vmap(one)(x), one(x))
     np.testing.assert_allclose(jax.grad(lambda x: one(x).sum())(x), 2.0 * jnp.cos(x), rtol=1e-6)
+
+
+def test_the_kernel_in_a_program_of_its_own_equals_the_wrapper_s_methods():
+    """`RolloutWrapper.kernel` (`popeval.evaluate`), jitted by the caller, plays the episodes the
+    host methods play, bit for bit: returns, lengths and observation statistics, trajectories
+    (compiled with popeval's options, as the methods are)."""
+    jit = functools.partial(jax.jit, compiler_options=compiler.options())
+    env, env_params = make("Acrobot-v1")
+    policy = MLPPolicy.for_env(env, env_params, hidden_sizes=(8,))
+    manager = RolloutWrapper(policy.apply, env=env, env_params=env_params, num_env_steps=60, obs_normalization=True,
+                             devices=1)
+    members = jax.vmap(lambda k: policy.init_params(k, env, env_params))(jax.random.split(jax.random.key(0), 3))
+    keys = jax.random.split(jax.random.key(1), (3, 2))
+    stats = normalization.init(manager.obs_shape)
+    ours = jit(lambda k, p, s: manager.kernel.fitness(k, p, manager.env_params, s))(keys, members, stats)
+    theirs = manager.population_fitness(keys, members, obs_stats=stats)
+    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs)):
+        np.testing.assert_array_equal(a, b)
+    ours = jit(lambda k, p, s: manager.kernel.trajectories(k, p, manager.env_params, s))(keys, members, stats)
+    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(manager.population_rollout(keys, members, obs_stats=stats))):
+        np.testing.assert_array_equal(a, b)

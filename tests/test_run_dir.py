@@ -48,16 +48,16 @@ def test_a_run_stopped_before_its_first_checkpoint_restarts_or_resumes(tmp_path)
     run_dir = tmp_path / "run"
     run_dir.mkdir()  # made by the user: a failed run leaves it as a run (one it made is removed)
     with pytest.raises(RuntimeError, match="out of memory"):
-        evolve(EvolveConfig(**TINY), RunOptions(run_dir=str(run_dir), **QUIET), sinks=[Failing()])
+        evolve(EvolveConfig.from_flat(**TINY), RunOptions(run_dir=str(run_dir), **QUIET), sinks=[Failing()])
     assert (run_dir / "config.json").is_file() and not checkpoint.exists(run_dir)
     # Started again over the same directory ...
-    fresh = evolve(EvolveConfig(**TINY), RunOptions(run_dir=str(run_dir), **QUIET))
+    fresh = evolve(EvolveConfig.from_flat(**TINY), RunOptions(run_dir=str(run_dir), **QUIET))
     assert fresh["generations"] == 4
     # ... or resumed, which starts from generation 0.
     other = tmp_path / "other"
     other.mkdir()
     with pytest.raises(RuntimeError):
-        evolve(EvolveConfig(**TINY), RunOptions(run_dir=str(other), **QUIET), sinks=[Failing()])
+        evolve(EvolveConfig.from_flat(**TINY), RunOptions(run_dir=str(other), **QUIET), sinks=[Failing()])
     resumed = evolve(None, RunOptions(resume=str(other), **QUIET))
     assert resumed["generations"] == 4
     assert read_metrics(other, timing=False) == read_metrics(run_dir, timing=False)
@@ -65,18 +65,18 @@ def test_a_run_stopped_before_its_first_checkpoint_restarts_or_resumes(tmp_path)
 
 def test_a_checkpoint_without_its_json_still_resumes(tmp_path):
     run_dir = tmp_path / "run"
-    evolve(EvolveConfig(**TINY), RunOptions(run_dir=str(run_dir), **QUIET))
+    evolve(EvolveConfig.from_flat(**TINY), RunOptions(run_dir=str(run_dir), **QUIET))
     (run_dir / "checkpoint.json").unlink()
-    out = evolve(EvolveConfig(**{**TINY, "num_generations": 6}), RunOptions(resume=str(run_dir), **QUIET))
+    out = evolve(EvolveConfig.from_flat(**{**TINY, "num_generations": 6}), RunOptions(resume=str(run_dir), **QUIET))
     assert out["generations"] == 6 and [int(r["generation"]) for r in read_metrics(run_dir)] == list(range(1, 7))
 
 
 def test_resuming_with_fewer_generations_than_run_is_refused_and_changes_nothing(tmp_path):
     run_dir = tmp_path / "run"
-    evolve(EvolveConfig(**TINY), RunOptions(run_dir=str(run_dir), **QUIET))
+    evolve(EvolveConfig.from_flat(**TINY), RunOptions(run_dir=str(run_dir), **QUIET))
     before = {p.name: p.read_bytes() for p in run_dir.iterdir()}
     with pytest.raises(ValueError, match="num_generations 2 is below the 4 generations the run has run"):
-        evolve(EvolveConfig(**{**TINY, "num_generations": 2}), RunOptions(resume=str(run_dir), **QUIET))
+        evolve(EvolveConfig.from_flat(**{**TINY, "num_generations": 2}), RunOptions(resume=str(run_dir), **QUIET))
     assert {p.name: p.read_bytes() for p in run_dir.iterdir()} == before
 
 
@@ -85,7 +85,7 @@ def test_a_run_without_the_result_of_its_last_generation_runs_only_its_final_eva
     shortened to it (a `result.json` of an earlier generation): resuming writes the result the
     uninterrupted run wrote, and runs no generation."""
     run_dir = tmp_path / "run"
-    first = evolve(EvolveConfig(**TINY), RunOptions(run_dir=str(run_dir), **QUIET))
+    first = evolve(EvolveConfig.from_flat(**TINY), RunOptions(run_dir=str(run_dir), **QUIET))
     rows = read_metrics(run_dir, timing=False)
     (run_dir / "result.json").unlink()
     again = evolve(None, RunOptions(resume=str(run_dir), **QUIET))
@@ -94,7 +94,7 @@ def test_a_run_without_the_result_of_its_last_generation_runs_only_its_final_eva
     assert json.loads((run_dir / "result.json").read_text())["mean_policy_return"] == first["mean_policy_return"]
     assert read_metrics(run_dir, timing=False) == rows
     stale = (run_dir / "result.json").read_text()
-    longer = evolve(EvolveConfig(**{**TINY, "num_generations": 6}), RunOptions(resume=str(run_dir), **QUIET))
+    longer = evolve(EvolveConfig.from_flat(**{**TINY, "num_generations": 6}), RunOptions(resume=str(run_dir), **QUIET))
     (run_dir / "result.json").write_text(stale)
     finished = evolve(None, RunOptions(resume=str(run_dir), **QUIET))
     assert {k: finished[k] for k in same} == {k: longer[k] for k in same} and finished["generations"] == 6
@@ -102,27 +102,27 @@ def test_a_run_without_the_result_of_its_last_generation_runs_only_its_final_eva
 
 def test_a_second_process_is_refused_and_a_dead_ones_lock_is_not_in_the_way(tmp_path):
     run_dir = tmp_path / "run"
-    evolve(EvolveConfig(**TINY), RunOptions(run_dir=str(run_dir), **QUIET))
+    evolve(EvolveConfig.from_flat(**TINY), RunOptions(run_dir=str(run_dir), **QUIET))
     holder = Lock(run_dir)
     try:
         with pytest.raises(ValueError, match="in use by another popeval process"):
-            evolve(EvolveConfig(**{**TINY, "num_generations": 6}), RunOptions(resume=str(run_dir), **QUIET))
+            evolve(EvolveConfig.from_flat(**{**TINY, "num_generations": 6}), RunOptions(resume=str(run_dir), **QUIET))
     finally:
         holder.release()
     # A process killed while holding the lock: the kernel releases it.
     code = (f"from pathlib import Path\nfrom popeval.strategies.run.run_dir import Lock\nLock(Path({str(run_dir)!r}))\n"
             "import os; os.kill(os.getpid(), 9)")
     subprocess.run([sys.executable, "-c", code], env=subprocess_env(), timeout=120)
-    out = evolve(EvolveConfig(**{**TINY, "num_generations": 6}), RunOptions(resume=str(run_dir), **QUIET))
+    out = evolve(EvolveConfig.from_flat(**{**TINY, "num_generations": 6}), RunOptions(resume=str(run_dir), **QUIET))
     assert out["generations"] == 6
 
 
 def test_a_partial_metrics_row_is_repaired_on_resume(tmp_path):
     run_dir = tmp_path / "run"
-    evolve(EvolveConfig(**TINY), RunOptions(run_dir=str(run_dir), **QUIET))
+    evolve(EvolveConfig.from_flat(**TINY), RunOptions(run_dir=str(run_dir), **QUIET))
     with open(run_dir / "metrics.csv", "a") as f:
         f.write("-")  # what a full disk leaves
-    evolve(EvolveConfig(**{**TINY, "num_generations": 6}), RunOptions(resume=str(run_dir), **QUIET))
+    evolve(EvolveConfig.from_flat(**{**TINY, "num_generations": 6}), RunOptions(resume=str(run_dir), **QUIET))
     rows = read_metrics(run_dir)
     assert [int(r["generation"]) for r in rows] == list(range(1, 7))
     assert all(None not in r.values() for r in rows)
@@ -130,19 +130,19 @@ def test_a_partial_metrics_row_is_repaired_on_resume(tmp_path):
 
 def test_a_corrupted_checkpoint_is_refused_by_name(tmp_path):
     run_dir = tmp_path / "run"
-    evolve(EvolveConfig(**TINY), RunOptions(run_dir=str(run_dir), **QUIET))
+    evolve(EvolveConfig.from_flat(**TINY), RunOptions(run_dir=str(run_dir), **QUIET))
     data = bytearray((run_dir / "checkpoint.msgpack").read_bytes())
     data[len(data) // 2] ^= 0x01  # one flipped bit in the state
     (run_dir / "checkpoint.msgpack").write_bytes(bytes(data))
     before = snapshot(run_dir)
     with pytest.raises(ValueError, match="checkpoint.msgpack: corrupted"):
-        evolve(EvolveConfig(**{**TINY, "num_generations": 6}), RunOptions(resume=str(run_dir), **QUIET))
+        evolve(EvolveConfig.from_flat(**{**TINY, "num_generations": 6}), RunOptions(resume=str(run_dir), **QUIET))
     assert snapshot(run_dir) == before
 
 
 def test_a_diverging_strategy_stops_the_run_and_result_json_stays_json(tmp_path):
     run_dir = tmp_path / "run"
-    config = EvolveConfig(**{**TINY, "strategy_kwargs": {"learning_rate": 0.05, "std_init": 3.0e38}})
+    config = EvolveConfig.from_flat(**{**TINY, "strategy_kwargs": {"learning_rate": 0.05, "std_init": 3.0e38}})
     out = evolve(config, RunOptions(run_dir=str(run_dir), **QUIET))
     assert "non-finite" in out["stopped"]
     rows = read_metrics(run_dir)
@@ -156,7 +156,7 @@ def test_a_run_that_diverges_later_keeps_its_last_finite_checkpoint(tmp_path):
     import jax
 
     run_dir = tmp_path / "run"
-    evolve(EvolveConfig(**TINY), RunOptions(run_dir=str(run_dir), **QUIET))
+    evolve(EvolveConfig.from_flat(**TINY), RunOptions(run_dir=str(run_dir), **QUIET))
     # The same run, its saved experiment edited to a search std that overflows float32.
     diverging = {"learning_rate": 0.05, "std_init": 3.0e38}
     saved = json.loads((run_dir / "config.json").read_text())
@@ -164,7 +164,7 @@ def test_a_run_that_diverges_later_keeps_its_last_finite_checkpoint(tmp_path):
     state_dict, meta = checkpoint.read(run_dir)
     del meta["config_sha256"]  # as an earlier version saved it: the edit cannot be detected
     checkpoint.save(run_dir, state_dict, meta)
-    out = evolve(EvolveConfig(**{**TINY, "num_generations": 8, "strategy_kwargs": diverging}),
+    out = evolve(EvolveConfig.from_flat(**{**TINY, "num_generations": 8, "strategy_kwargs": diverging}),
                  RunOptions(resume=str(run_dir), **QUIET))
     kept_generation = out["generations"]
     assert f"non-finite at generation {kept_generation + 1}" in out["stopped"] and 4 <= kept_generation < 8
@@ -175,21 +175,22 @@ def test_a_run_that_diverges_later_keeps_its_last_finite_checkpoint(tmp_path):
 
 def test_resuming_a_run_that_reached_its_target_changes_nothing(tmp_path):
     run_dir = tmp_path / "run"
-    config = EvolveConfig(**{**TINY, "num_generations": 20, "target": 5.0, "stop_at_target": True})
+    config = EvolveConfig.from_flat(**{**TINY, "num_generations": 20, "target": 5.0, "stop_at_target": True})
     first = evolve(config, RunOptions(run_dir=str(run_dir), **QUIET))
     assert first["generations"] < 20 and first["solved_at"] is not None
     before = snapshot(run_dir)
     again = evolve(None, RunOptions(resume=str(run_dir), **QUIET))
     assert snapshot(run_dir) == before and again["generations"] == first["generations"]
     # Raising num_generations continues it (past the target, which it reached already).
-    more = evolve(EvolveConfig(**{**config.to_dict(), "num_generations": 23}), RunOptions(resume=str(run_dir), **QUIET))
+    more = evolve(EvolveConfig.from_flat(**{**config.to_dict(), "num_generations": 23}),
+                  RunOptions(resume=str(run_dir), **QUIET))
     assert more["generations"] == 23
 
 
 def test_time_columns_are_cumulative_over_resumptions(tmp_path):
     run_dir = tmp_path / "run"
-    first = evolve(EvolveConfig(**TINY), RunOptions(run_dir=str(run_dir), **QUIET))
-    second = evolve(EvolveConfig(**{**TINY, "num_generations": 6}), RunOptions(resume=str(run_dir), **QUIET))
+    first = evolve(EvolveConfig.from_flat(**TINY), RunOptions(run_dir=str(run_dir), **QUIET))
+    second = evolve(EvolveConfig.from_flat(**{**TINY, "num_generations": 6}), RunOptions(resume=str(run_dir), **QUIET))
     elapsed = [float(r["time/elapsed"]) for r in read_metrics(run_dir)]
     assert elapsed == sorted(elapsed) and elapsed[4] > elapsed[3]
     assert second["wall_seconds"] > first["wall_seconds"]
@@ -256,7 +257,7 @@ def test_progress_is_logged_when_output_is_not_a_terminal(caplog):
 
 def test_eval_and_render_default_to_the_mean_policy(tmp_path):
     run_dir = tmp_path / "run"
-    evolve(EvolveConfig(**TINY), RunOptions(run_dir=str(run_dir), **QUIET))
+    evolve(EvolveConfig.from_flat(**TINY), RunOptions(run_dir=str(run_dir), **QUIET))
     assert load_policy(run_dir).which == "mean"
 
 
@@ -290,7 +291,7 @@ def test_wandb_never_holds_up_the_loop(tmp_path, monkeypatch):
     monkeypatch.setattr(wandb, "init", slow_init)
     from popeval.sinks import WandbSink
 
-    out = evolve(EvolveConfig(**TINY), RunOptions(run_dir=str(tmp_path / "run"), progress=False),
+    out = evolve(EvolveConfig.from_flat(**TINY), RunOptions(run_dir=str(tmp_path / "run"), progress=False),
                  sinks=[WandbSink("online"), Recorder()])
     assert out["generations"] == 4 and seen == [1, 2, 3, 4]
 
@@ -342,3 +343,31 @@ def test_out_of_memory_is_one_line_with_a_hint():
 
     assert _one_line(MemoryError()).startswith("out of memory")
     assert "smaller pop_size" in _one_line(RuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 9 GiB"))
+
+
+def test_a_run_directory_saved_with_flat_config_keys_resumes_as_it_would_have(tmp_path):
+    """`tests/data/run_saved_by_0_1`: a 2-generation CartPole run saved by popeval before its
+    config had sections (flat keys in config.json and in checkpoint.json's experiment). It loads,
+    resumes to 4 generations, and plays the generations that version played when resumed
+    (`run_saved_by_0_1.resumed_to_4.csv`, all but the timing columns)."""
+    import csv
+    import shutil
+    from pathlib import Path
+
+    from popeval.strategies import load_config
+    from popeval.strategies.run.run_dir import read_config
+
+    data = Path(__file__).parent / "data"
+    run_dir = tmp_path / "run"
+    shutil.copytree(data / "run_saved_by_0_1", run_dir)
+    flat = json.loads((run_dir / "config.json").read_text())
+    assert read_config(run_dir) == load_config(None, flat) and read_config(run_dir).to_dict() == flat
+    summary = evolve(read_config(run_dir, {"num_generations": 4}), RunOptions(resume=str(run_dir), **QUIET))
+    assert summary["generations"] == 4
+
+    def rows(path):
+        with open(path) as f:
+            return [{k: v for k, v in r.items() if not k.startswith(("time/", "steps/per_second"))}
+                    for r in csv.DictReader(f)]
+
+    assert rows(run_dir / "metrics.csv") == rows(data / "run_saved_by_0_1.resumed_to_4.csv")

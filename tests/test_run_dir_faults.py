@@ -40,7 +40,7 @@ evolve_module = importlib.import_module("popeval.strategies.run.evolve")  # the 
 def finished(tmp_path_factory):
     """A finished 4-generation run; tests copy it before changing it."""
     run_dir = tmp_path_factory.mktemp("finished") / "run"
-    evolve(EvolveConfig(**TINY), RunOptions(run_dir=str(run_dir), **QUIET))
+    evolve(EvolveConfig.from_flat(**TINY), RunOptions(run_dir=str(run_dir), **QUIET))
     return run_dir
 
 
@@ -52,7 +52,7 @@ def fake_run(run_dir, generation=1):
     """A run directory with a config and a (tiny, not resumable) checkpoint: enough for checks
     that refuse before building anything."""
     run_dir.mkdir()
-    (run_dir / "config.json").write_text(json.dumps(EvolveConfig(**TINY).to_dict()))
+    (run_dir / "config.json").write_text(json.dumps(EvolveConfig.from_flat(**TINY).to_dict()))
     checkpoint.save(run_dir, {"w": np.zeros(2, np.float32)}, {"generation": generation, "env_steps": 10})
 
 
@@ -67,11 +67,11 @@ def test_a_run_killed_while_starting_is_not_stuck(tmp_path, capsys, left):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "the run never started" in err[0] and f"--run_dir {run_dir}" in err[0]
     # A fresh start into it works: it counts as empty.
-    lock, prepared = run_dir_lib.open_run(EvolveConfig(**TINY), RunOptions(run_dir=str(run_dir)))
+    lock, prepared = run_dir_lib.open_run(EvolveConfig.from_flat(**TINY), RunOptions(run_dir=str(run_dir)))
     run_dir_lib.write_config(prepared)
     lock.release()
     assert [p.name for p in run_dir.iterdir()] == ["config.json"]
-    assert run_dir_lib.read_config(run_dir) == EvolveConfig(**TINY)
+    assert run_dir_lib.read_config(run_dir) == EvolveConfig.from_flat(**TINY)
 
 
 def test_a_directory_with_other_files_is_still_refused(tmp_path):
@@ -79,7 +79,7 @@ def test_a_directory_with_other_files_is_still_refused(tmp_path):
     with pytest.raises(ValueError, match="not a popeval run directory"):
         run_dir_lib.prepare(None, RunOptions(resume=str(tmp_path)))
     with pytest.raises(ValueError, match="is not empty"):
-        run_dir_lib.open_run(EvolveConfig(**TINY), RunOptions(run_dir=str(tmp_path)))
+        run_dir_lib.open_run(EvolveConfig.from_flat(**TINY), RunOptions(run_dir=str(tmp_path)))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]  # not even a lock
 
 
@@ -140,7 +140,7 @@ def test_export_refuses_a_symlinked_file_and_writes_nothing(tmp_path, victim):
 def test_a_resumer_delayed_before_the_lock_uses_the_fresh_checkpoint(finished, tmp_path, monkeypatch):
     """B resumes; between its first look and its lock, A resumes the same run to the end."""
     run_dir = copy_of(finished, tmp_path)
-    longer = EvolveConfig(**{**TINY, "num_generations": 6})
+    longer = EvolveConfig.from_flat(**{**TINY, "num_generations": 6})
     after_a = []
 
     class Delayed(Lock):
@@ -172,17 +172,17 @@ def test_a_run_failing_before_its_first_generation_leaves_no_litter(tmp_path, mo
     monkeypatch.chdir(tmp_path)
     _fail_at_compile(monkeypatch)
     with pytest.raises(RuntimeError, match="RESOURCE_EXHAUSTED"):
-        evolve(EvolveConfig(**TINY), RunOptions(**QUIET))  # runs/<env>-..., created by the run
+        evolve(EvolveConfig.from_flat(**TINY), RunOptions(**QUIET))  # runs/<env>-..., created by the run
     assert not (tmp_path / "runs").exists()  # issue 61 N13: runs/ too, when the run made it
     (tmp_path / "runs").mkdir()
     with pytest.raises(RuntimeError, match="RESOURCE_EXHAUSTED"):
-        evolve(EvolveConfig(**TINY), RunOptions(run_dir="runs/a/b", **QUIET))
+        evolve(EvolveConfig.from_flat(**TINY), RunOptions(run_dir="runs/a/b", **QUIET))
     assert list((tmp_path / "runs").iterdir()) == []  # the user's runs/ stays
     # A directory the user made is left as a resumable run, without the lock.
     mine = tmp_path / "mine"
     mine.mkdir()
     with pytest.raises(RuntimeError, match="RESOURCE_EXHAUSTED"):
-        evolve(EvolveConfig(**TINY), RunOptions(run_dir=str(mine), **QUIET))
+        evolve(EvolveConfig.from_flat(**TINY), RunOptions(run_dir=str(mine), **QUIET))
     assert sorted(p.name for p in mine.iterdir()) == ["config.json"]
 
 
@@ -190,7 +190,8 @@ def test_the_default_run_directory_stays_under_runs(tmp_path, monkeypatch):
     """Issue 61 N11: an id's separators become `-` in the directory's name."""
     monkeypatch.chdir(tmp_path)
     for env_name in ("brax/ant", "../../escape-v0", "a\\b"):
-        run_dir = run_dir_lib.prepare(EvolveConfig(**{**TINY, "env_name": env_name}), RunOptions(**QUIET)).run_dir
+        run_dir = run_dir_lib.prepare(EvolveConfig.from_flat(**{**TINY, "env_name": env_name}),
+                                      RunOptions(**QUIET)).run_dir
         assert run_dir.parent == run_dir_lib.Path("runs") and "/" not in run_dir.name and "\\" not in run_dir.name
         assert run_dir.name.startswith(env_name.replace("/", "-").replace("\\", "-") + "-openai_es-seed0-")
 
@@ -207,7 +208,7 @@ def test_a_full_disk_while_starting_names_the_file(tmp_path, monkeypatch):
 
     monkeypatch.setattr(run_dir_lib.os, "pwrite", no_space)
     with pytest.raises(OSError) as failed:
-        run_dir_lib.open_run(EvolveConfig(**TINY), RunOptions(run_dir=str(tmp_path / "runs" / "r"), **QUIET))
+        run_dir_lib.open_run(EvolveConfig.from_flat(**TINY), RunOptions(run_dir=str(tmp_path / "runs" / "r"), **QUIET))
     monkeypatch.undo()
     assert _one_line(failed.value) == f"No space left on device: {tmp_path / 'runs' / 'r' / '.lock'}"
     assert list(tmp_path.iterdir()) == []  # nothing left behind, runs/ included
@@ -235,14 +236,14 @@ def test_a_config_json_with_a_byte_order_mark_is_read_alike_everywhere(finished,
     run_dir = copy_of(finished, tmp_path)
     config = run_dir / "config.json"
     config.write_bytes(b"\xef\xbb\xbf" + config.read_bytes())
-    summary = evolve(EvolveConfig(**TINY), RunOptions(resume=str(run_dir), **QUIET))
+    summary = evolve(EvolveConfig.from_flat(**TINY), RunOptions(resume=str(run_dir), **QUIET))
     assert summary["generations"] == 4  # complete: nothing to do, and no error
 
 
 # ------------------------------------------------------------------ row 13: a checkpoint knows its experiment
 def test_a_checkpoint_records_its_experiment_and_refuses_an_edited_config(finished, tmp_path):
     run_dir = copy_of(finished, tmp_path)
-    recorded = run_dir_lib.config_hash(EvolveConfig(**TINY))
+    recorded = run_dir_lib.config_hash(EvolveConfig.from_flat(**TINY))
     assert json.loads((run_dir / "checkpoint.json").read_text())["config_sha256"] == recorded
     assert checkpoint.read(run_dir)[1]["config_sha256"] == recorded
     (run_dir / "checkpoint.json").unlink()
@@ -263,7 +264,7 @@ def test_checkpoint_json_without_its_msgpack_is_refused_not_restarted(tmp_path, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "checkpoint.json says generation 7 but checkpoint.msgpack is missing" in err[0]
     with pytest.raises(ValueError, match="is not empty"):
-        run_dir_lib.prepare(EvolveConfig(**TINY), RunOptions(run_dir=str(run_dir)))
+        run_dir_lib.prepare(EvolveConfig.from_flat(**TINY), RunOptions(run_dir=str(run_dir)))
     assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoint.json", "config.json"]
 
 
@@ -278,11 +279,11 @@ def test_an_old_checkpoint_resumes_keeps_permissions_and_records_the_raised_budg
     private = ("config.json", "checkpoint.msgpack", "checkpoint.json", "result.json")
     for name in private:
         os.chmod(run_dir / name, 0o600)
-    out = evolve(EvolveConfig(**{**TINY, "num_generations": 5}), RunOptions(resume=str(run_dir), **QUIET))
+    out = evolve(EvolveConfig.from_flat(**{**TINY, "num_generations": 5}), RunOptions(resume=str(run_dir), **QUIET))
     assert out["generations"] == 5
     assert {name: stat.S_IMODE((run_dir / name).stat().st_mode) for name in private} == dict.fromkeys(private, 0o600)
     assert json.loads((run_dir / "config.json").read_text())["num_generations"] == 5
-    assert checkpoint.load_meta(run_dir)["config_sha256"] == run_dir_lib.config_hash(EvolveConfig(**TINY))
+    assert checkpoint.load_meta(run_dir)["config_sha256"] == run_dir_lib.config_hash(EvolveConfig.from_flat(**TINY))
     assert not (run_dir / ".lock").exists() and not (finished / ".lock").exists()
     again = evolve(None, RunOptions(resume=str(run_dir), **QUIET))  # "complete (generation 5 of 5)"
     assert again["generations"] == 5 and not (run_dir / ".lock").exists()
@@ -306,7 +307,8 @@ def test_a_run_saved_before_a_config_key_existed_still_resumes(finished, tmp_pat
     (run_dir / "config.json").write_text(json.dumps(saved))
     state_dict, meta = checkpoint.read(run_dir)
     checkpoint.save(run_dir, state_dict, {**meta, "config_sha256": run_dir_lib.config_hash(saved)})
-    opened = run_dir_lib.open_shared(EvolveConfig(**{**TINY, "num_generations": 5}), RunOptions(resume=str(run_dir)),
+    opened = run_dir_lib.open_shared(EvolveConfig.from_flat(**{**TINY, "num_generations": 5}),
+                                     RunOptions(resume=str(run_dir)),
                                      primary=True)
     opened.lock.release()
     assert opened.meta["generation"] == 4 and opened.resuming
@@ -359,7 +361,7 @@ def stopped_at_target(tmp_path_factory):
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(checkpoint, "atomic_write", atomic_write)
-        out = evolve(EvolveConfig(**AT_TARGET), RunOptions(run_dir=str(run_dir), **QUIET),
+        out = evolve(EvolveConfig.from_flat(**AT_TARGET), RunOptions(run_dir=str(run_dir), **QUIET),
                      sinks=[CSVSink(), _Freeze(freeze), PlotSink()])
     solved = out["solved_at"]["generation"]
     assert out["generations"] == solved and 2 < solved < 12  # checkpoint.json of generation 2 lacks the target

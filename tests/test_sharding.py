@@ -51,7 +51,7 @@ SCRIPT = textwrap.dedent("""
     import json, sys
     from popeval.strategies import EvolveConfig, RunOptions, evolve
     for name, config in json.loads(sys.argv[1]).items():
-        evolve(EvolveConfig(**config), RunOptions(run_dir=name, wandb="disabled", progress=False))
+        evolve(EvolveConfig.from_flat(**config), RunOptions(run_dir=name, wandb="disabled", progress=False))
 """)
 
 
@@ -389,15 +389,15 @@ def test_the_one_program_generation_agrees_with_the_pieces():
     from popeval.strategies import EvolveConfig
     from popeval.strategies.run.programs import build, generation_fn, generation_parts, init_fn
 
-    config = EvolveConfig(**CONFIGS["openai_es"])
-    run, seed = build(config), np.int32(config.seed)
+    config = EvolveConfig.from_flat(**CONFIGS["openai_es"])
+    run, seed = build(config), np.int32(config.run.seed)
     state = jax.jit(init_fn(run, config))(seed)
     curves, finals = [], []
     for step in (sharding.Replicated(generation_fn(run, config, 1), 1),
-                 sharding.Pieces(*generation_parts(run, config), config.pop_size, 1, config.num_rollouts)):
+                 sharding.Pieces(*generation_parts(run, config), config.strategy.pop_size, 1, config.run.num_rollouts)):
         s, s_seed = step.replicate(state), step.replicate(seed)
         curve = []
-        for _ in range(config.num_generations):
+        for _ in range(config.run.num_generations):
             s, metrics = step(s, s_seed)
             curve.append(float(np.asarray(step.first(metrics)["fitness/mean"]).reshape(-1)[0]))
         curves.append(curve)

@@ -137,7 +137,8 @@ def test_ctrl_c_while_a_sink_starts_does_not_wait_for_it(tmp_path):
             self.events.append("close")
 
     started, starting = Sink(hangs=False), Sink(hangs=True)
-    config = EvolveConfig(env_name="Catch-bsuite", pop_size=8, num_rollouts=1, hidden_sizes=[4], num_generations=3)
+    config = EvolveConfig.from_flat(env_name="Catch-bsuite", pop_size=8, num_rollouts=1, hidden_sizes=[4],
+                                    num_generations=3)
     handler = signal.signal(signal.SIGINT, signal.default_int_handler)  # xdist's workers ignore SIGINT
     try:
         with pytest.raises(RunInterrupted):

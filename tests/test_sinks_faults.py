@@ -351,7 +351,7 @@ def test_an_offline_wandb_run_says_where_its_files_are_and_how_to_upload_them(tm
 def finished_run(tmp_path_factory):
     """A tiny run with the default sinks (W&B off)."""
     run_dir = tmp_path_factory.mktemp("sinks") / "run"
-    summary = evolve(EvolveConfig(**{**TINY, "num_generations": 3}),
+    summary = evolve(EvolveConfig.from_flat(**{**TINY, "num_generations": 3}),
                      RunOptions(run_dir=str(run_dir), wandb="disabled", progress=False))
     return run_dir, summary
 
@@ -395,7 +395,8 @@ def test_ctrl_c_while_compiling_and_with_wandb_hung_does_not_wait_for_either(tmp
     handler = signal.signal(signal.SIGINT, signal.default_int_handler)  # xdist's workers ignore SIGINT
     try:
         with pytest.raises(RunInterrupted, match=r"before the first generation \(nothing to save\); resume with"):
-            evolve(EvolveConfig(**TINY), RunOptions(run_dir=str(tmp_path / "run"), wandb="online", progress=False))
+            evolve(EvolveConfig.from_flat(**TINY),
+                   RunOptions(run_dir=str(tmp_path / "run"), wandb="online", progress=False))
         assert not compiled.is_set() and ("finish",) not in sys.modules["wandb"].calls  # neither was waited for
     finally:
         signal.signal(signal.SIGINT, handler)

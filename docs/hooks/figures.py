@@ -9,10 +9,10 @@ from pathlib import Path
 from mkdocs.structure.files import File
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
-# `python experiments/zoo.py figure` writes one zoo_curves_<family>.png per family.
-ZOO_CURVES = [p.name for p in sorted(EXPERIMENTS.glob("zoo_curves_*.png"))]
-# `python experiments/craftax_eval.py ... --figure` writes craftax_classic_curves.png.
-FIGURES = ZOO_CURVES + ["craftax_classic_curves.png", "gifs/cartpole.gif", "gifs/breakout_minatar.gif"]
+# `python -m experiments.zoo figure` writes one zoo/zoo_curves_<family>.png per family.
+ZOO_CURVES = [f"zoo/{p.name}" for p in sorted((EXPERIMENTS / "zoo").glob("zoo_curves_*.png"))]
+# `python -m experiments.zoo craftax_eval ... --figure` draws craftax_classic_curves.png.
+FIGURES = ZOO_CURVES + ["zoo/craftax_classic_curves.png", "gifs/cartpole.gif", "gifs/breakout_minatar.gif"]
 
 
 def on_files(files, config):

@@ -23,7 +23,7 @@ from popeval.environments.suites.base import SuiteEnv
 __all__ = ["BraxEnv", "brax_env", "env_names"]
 
 # The fastest pipeline on a CPU where it matters. brax's own vmapped step in a lax.scan (as
-# experiments/brax_throughput.py --backends times it), 2 cores, 64 episodes x 100 steps:
+# python -m experiments.benchmarks brax_throughput --backends times it), 2 cores, 64 episodes x 100 steps:
 # ant 13.6k steps/s with "mjx", 8.9k "spring", 2.5k "generalized", 2.3k "positional", at
 # similar compile times (24-36 s; positional 64 s). On the cheap inverted_pendulum "spring"
 # steps fastest (100k vs 58k generalized, 48k mjx), where any pipeline is fast. mjx is also

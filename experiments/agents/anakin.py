@@ -5,7 +5,7 @@ Reinforcement Learning", and its demo notebook (seed 003), here on popeval's env
 
 - per environment (`vmap`, axis `BATCH`): a trajectory of `rollout_len` steps (`lax.scan` of
   the policy and `env.step`, which auto-resets) and its TD(lambda) Q-learning loss
-  (`agents.td.td_lambda`), averaged with `lax.pmean` over `BATCH`;
+  (`experiments.agents.td.td_lambda`), averaged with `lax.pmean` over `BATCH`;
 - per device (`popeval.sharding.Replicated`, axis `sharding.AXIS`): the
   gradient, averaged with `lax.pmean` over the devices, and one `optax.adam` step;
 - `iterations` updates inside one `lax.fori_loop`: one compiled call per device runs them all;
@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from agents.td import td_lambda
+from experiments.agents.td import td_lambda
 from popeval import compiler, sharding
 from popeval.environments import make
 from popeval.rollout import RolloutWrapper

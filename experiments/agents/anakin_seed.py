@@ -1,7 +1,7 @@
 """The seed's Anakin demo (seed 003, DeepMind's Podracer notebook), reproduced for measurement.
 
-This is the anchor that `experiments/anakin.py --anchor` times in the same run as
-`agents.anakin`: the notebook's `Catch` class, haiku network (flatten, Linear 256,
+This is the anchor that `python -m experiments.agents anakin --anchor` times in the same run as
+`experiments.agents.anakin`: the notebook's `Catch` class, haiku network (flatten, Linear 256,
 relu, Linear), greedy policy, `rlax.td_lambda` loss, per-environment parameter copies,
 `pmean` over the batch axis `j` and the device axis `i`, `lax.fori_loop` of `iterations`
 updates, and its timing (COMPILATION is the first call, which also runs it; EXECUTION the
@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import optax
 from jax import lax, random
 
-from agents.anakin import TimeIt
+from experiments.agents.anakin import TimeIt
 from popeval import sharding
 
 __all__ = ["Catch", "TimeStep", "get_network_fn", "get_learner_fn", "run_experiment", "pmap"]

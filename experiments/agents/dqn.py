@@ -9,7 +9,7 @@ of preallocated device arrays, action selection and the update are one `lax.scan
 `vmap`s them over seeds in one program run in chunks of `eval_every` steps, evaluating each
 seed's greedy policy between chunks with `RolloutWrapper` (the learning curve; a seed whose
 point reaches `stop_return` keeps those parameters: early stopping, as the ES's stop at
-target). `agents.dqn_seed`: the seed's Python loop, for comparison.
+target). `experiments.agents.dqn_seed`: the seed's Python loop, for comparison.
 """
 
 from __future__ import annotations

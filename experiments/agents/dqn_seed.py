@@ -1,4 +1,4 @@
-"""Seed 002's DQN loop ("CartPole with JAX"), reproduced to measure `agents.dqn` against.
+"""Seed 002's DQN loop ("CartPole with JAX"), reproduced to measure `experiments.agents.dqn` against.
 
 The seed's structure: gymnasium's `CartPole-v1` stepped in a Python loop, a
 `collections.deque` replay memory sampled with `random.sample`, a biased coin for
@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from agents.dqn import (
+from experiments.agents.dqn import (
     DQNConfig,
     QNetwork,
     Transition,

@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from benchmarks import programs as bp
+from experiments.benchmarks import programs as bp
 from popeval.environments import make
 
 MB = 2**20

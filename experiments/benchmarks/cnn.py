@@ -1,6 +1,6 @@
 """`CNNPolicy`'s convolutions as one product (`conv_by_patches`) against lax's convolution.
 
-    python experiments/benchmark.py cnn [--quick] [--pop_size 128] [--num_rollouts 2] [--repeats 5]
+    python -m experiments.benchmarks cnn [--quick] [--pop_size 128] [--num_rollouts 2] [--repeats 5]
         [--out bench_results/cnn.json]
 
 Rows per workload (a MinAtar game, the CNN's channels and kernel, `num_env_steps`), every
@@ -27,7 +27,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from benchmarks.low_rank import _timed
+from experiments.benchmarks.low_rank import _timed
 from popeval import CNNPolicy, MLPPolicy, RolloutWrapper, make, policies
 
 #: (environment, conv channels, kernel, num_env_steps)
@@ -89,7 +89,7 @@ def format_table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m experiments.benchmarks cnn", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="one small workload, P=8, 1 repeat")
     p.add_argument("--pop_size", type=int, default=128)
     p.add_argument("--num_rollouts", type=int, default=2)

@@ -1,8 +1,8 @@
 """Low-rank populations (EGGROLL) against full-rank ones and against the inference limit.
 
-    python experiments/benchmark.py low_rank [--quick] [--pop_size 256] [--num_rollouts 8] [--repeats 5]
+    python -m experiments.benchmarks low_rank [--quick] [--pop_size 256] [--num_rollouts 8] [--repeats 5]
         [--out bench_results/low_rank.json]
-    python experiments/benchmark.py low_rank --memory [--pop_size 65536]
+    python -m experiments.benchmarks low_rank --memory [--pop_size 65536]
 
 Rows per workload (an environment and the MLP's hidden sizes), every program the same `P x B`
 episodes of the same members:
@@ -201,7 +201,7 @@ def peak_memory(pop_size: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m experiments.benchmarks low_rank", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="two workloads, P=64, 2 repeats")
     p.add_argument("--pop_size", type=int, default=None, help="256; with --memory 65536")
     p.add_argument("--num_rollouts", type=int, default=8)

@@ -43,7 +43,8 @@ __all__ = ["HIDDEN", "IMPLS", "LIMIT_CHUNK_EPISODES", "TRAINED", "Population", "
 
 HIDDEN = (32, 32)
 #: The fused limit's chunk on a CPU (episodes a scan steps side by side; popeval's hold 256): 512 ran as
-#: fast as 256 or faster (Acrobot 4-7% on Sapphire Rapids, CartPole 1.1-1.3x on Zen 3; experiments/README).
+#: fast as 256 or faster (Acrobot 4-7% on Sapphire Rapids, CartPole 1.1-1.3x on Zen 3;
+#: experiments/benchmarks/README.md).
 LIMIT_CHUNK_EPISODES = 512
 
 #: The workload name of the trained CartPole population.

@@ -1,9 +1,10 @@
 """Population-evaluation benchmark: popeval against gymnax's best case and the machine's limit.
 
-    python experiments/benchmark.py [--quick] [--envs ...] [--pop_sizes ...] [--devices N ...] [--out FILE]
+    python -m experiments.benchmarks [--quick] [--envs ...] [--pop_sizes ...] [--devices N ...] [--out FILE]
 
-Rows per workload and population size (the programs: `benchmarks.programs`), then two memory
-checks of the fitness path. What each row and column measures: experiments/README.md. Compare rows of one run.
+Rows per workload and population size (the programs: `experiments.benchmarks.programs`), then two
+memory checks of the fitness path. What each row and column measures: experiments/benchmarks/README.md.
+Compare rows of one run.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from typing import Any
 
 import jax
 
-from benchmarks import programs as bp
-from benchmarks.checks import (
+from experiments.benchmarks import programs as bp
+from experiments.benchmarks.checks import (
     EAGER_ENVS,
     EAGER_STEPS,
     MB,
@@ -65,8 +66,8 @@ COLUMNS = {  # what the result rows' numbers are
     "speedup_vs_gymnax_best": "gymnax best case time_s / time_s",
     "speedup_vs_gymnax_same_options": "gymnax best, popeval opts time_s / time_s (None: no such row)"}
 _CHILD = "POPEVAL_BENCH_DEVICES"  # set in a device-count subprocess: the count it must have
-#: The entry script a device-count subprocess runs (`experiments/` is then its `sys.path[0]`).
-ENTRY = Path(__file__).resolve().parents[1] / "benchmark.py"
+#: The repository's root: a device-count subprocess runs `python -m experiments.benchmarks` there.
+REPO = Path(__file__).resolve().parents[2]
 
 
 def prepare(fn: Callable, args: tuple, max_mem_bytes: float, devices: int = 1,
@@ -162,7 +163,7 @@ def add_ratios(rows: list[dict]) -> list[dict]:
 
 
 def device_rows(devices: int, workloads: list[str], argv: list[str]) -> list[dict]:
-    """Rows with `devices` CPU devices: a fresh `python experiments/benchmark.py` with
+    """Rows with `devices` CPU devices: a fresh `python -m experiments.benchmarks` with
     `JAX_NUM_CPU_DEVICES` set (it must be set before JAX starts). `argv`: its other options."""
     if jax.default_backend() != "cpu":
         raise ValueError(f"--devices {devices}: other device counts are CPU-only (JAX_NUM_CPU_DEVICES); this "
@@ -172,9 +173,9 @@ def device_rows(devices: int, workloads: list[str], argv: list[str]) -> list[dic
     env["XLA_FLAGS"] = " ".join(flags)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "rows.json"
-        cmd = [sys.executable, str(ENTRY), *argv, "--envs", *workloads, "--devices", str(devices),
+        cmd = [sys.executable, "-m", "experiments.benchmarks", *argv, "--envs", *workloads, "--devices", str(devices),
                "--no_memory_check", "--no_eager_check", "--out", str(out)]
-        if subprocess.run(cmd, check=False, env=env, stdout=subprocess.PIPE).returncode:
+        if subprocess.run(cmd, check=False, env=env, cwd=REPO, stdout=subprocess.PIPE).returncode:
             raise RuntimeError(f"the devices={devices} benchmark process failed (its output is above)")
         return json.loads(out.read_text())["results"]
 
@@ -207,7 +208,10 @@ def format_table(rows: list[dict]) -> str:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="benchmark.py", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m experiments.benchmarks",
+                                description=__doc__.split("\n\n")[0],
+                                epilog="the other benchmarks: python -m experiments.benchmarks {scaling, low_rank, "
+                                       "cnn, suites, time_to_solve, brax_throughput} --help")
     p.add_argument("--quick", action="store_true",
                    help="CI mode: CartPole-v1 only, P=8, B=2, 50 steps, 1 repeat, small memory checks")
     p.add_argument("--out", default="bench_results/benchmark.json", help="JSON output path")

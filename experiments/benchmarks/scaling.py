@@ -1,7 +1,7 @@
 """Scaling of the evolve loop: time per generation over processes and devices, the bytes a
 generation communicates, and per-device memory with and without `sharded_sampling`.
 
-    python experiments/benchmark.py scaling [--quick] [--configs cartpole pendulum_cma_es]
+    python -m experiments.benchmarks scaling [--quick] [--configs cartpole pendulum_cma_es]
         [--layouts 1x1 2x1 4x1 1x2 1x4]
 
 Every layout is a fresh `popeval launch` (or one `popeval evolve`) of a shipped config for a
@@ -30,8 +30,8 @@ from pathlib import Path
 
 EXPERIMENTS = Path(__file__).resolve().parents[1]
 CONFIGS = EXPERIMENTS / "configs"
-#: The entry script a worker process runs (`experiments/` is then its `sys.path[0]`).
-ENTRY = EXPERIMENTS / "benchmark.py"
+#: The repository's root: a worker process runs `python -m experiments.benchmarks scaling --worker` there.
+REPO = EXPERIMENTS.parent
 LAYOUTS = ("1x1", "2x1", "4x1", "1x2", "1x4")
 #: The memory comparison: OpenAI-ES, P = 65,536, a 4-96-96-2 MLP (9,986 parameters), 4 devices.
 MEMORY_CASE = {"env_name": "CartPole-v1", "strategy": "openai_es", "pop_size": 65536, "num_rollouts": 1,
@@ -77,7 +77,7 @@ def _program_worker(config: dict) -> dict:
     compiled = step.lower(spec, seed).compile()
     mem = compiled.memory_analysis()
     params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(run.template))
-    return {"devices": devices, "params": params, "pop_size": cfg.pop_size,
+    return {"devices": devices, "params": params, "pop_size": cfg.strategy.pop_size,
             "argument_bytes": int(mem.argument_size_in_bytes), "output_bytes": int(mem.output_size_in_bytes),
             "temp_bytes": int(mem.temp_size_in_bytes),
             "collective_bytes": collective_bytes(compiled.as_text())}
@@ -86,8 +86,8 @@ def _program_worker(config: dict) -> dict:
 def program_stats(config: dict, devices: int) -> dict:
     env = dict(os.environ, JAX_NUM_CPU_DEVICES=str(devices), JAX_PLATFORMS="cpu")
     env.pop("XLA_FLAGS", None)
-    out = subprocess.run([sys.executable, str(ENTRY), "scaling", "--worker", json.dumps(config)],
-                         capture_output=True, text=True, env=env)
+    out = subprocess.run([sys.executable, "-m", "experiments.benchmarks", "scaling", "--worker", json.dumps(config)],
+                         capture_output=True, text=True, env=env, cwd=REPO)
     if out.returncode:
         raise RuntimeError(f"compiling {config} on {devices} devices failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -145,7 +145,7 @@ def run_case(config: dict, devices: int, generations: int, work: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="benchmark.py scaling", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m experiments.benchmarks scaling", description=__doc__.split("\n\n")[0])
     p.add_argument("--configs", nargs="*", default=["cartpole", "pendulum_cma_es"],
                    help="experiments/configs/<name>.yaml (none: the memory rows only)")
     p.add_argument("--layouts", nargs="+", default=list(LAYOUTS), help="PROCESSESxDEVICES each (default: %(default)s)")

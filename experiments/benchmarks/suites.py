@@ -1,6 +1,6 @@
 """The suites benchmark: popeval on the environments users bring, against each suite's own loop.
 
-    python experiments/benchmark.py suites [--quick] [--workloads ...] [--repeats N] [--out FILE]
+    python -m experiments.benchmarks suites [--quick] [--workloads ...] [--repeats N] [--out FILE]
 
 Per workload, in one process, three programs evaluate the same population (`P` members x `B`
 episodes, episodes up to `T` steps) and return each episode's return and length:
@@ -42,9 +42,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks import programs as bp
-from benchmarks.checks import time_interleaved
-from benchmarks.run import prepare
+from experiments.benchmarks import programs as bp
+from experiments.benchmarks.checks import time_interleaved
+from experiments.benchmarks.run import prepare
 from popeval import compiler
 from popeval.policies import MLPPolicy
 from popeval.rollout import RolloutWrapper
@@ -179,7 +179,7 @@ def controller_of(env_id: str, runs: list[Path]) -> Path | None:
     """The first of `runs` (run directories or controllers) that evolved on `env_id`."""
     from popeval.strategies.run.run_dir import read_config
 
-    return next((run for run in runs if read_config(run).env_name == env_id), None)
+    return next((run for run in runs if read_config(run).environment.name == env_id), None)
 
 
 def population(workload: Workload, controller: Path | None) -> tuple[Any, Any, MLPPolicy, Any]:
@@ -251,7 +251,7 @@ def format_table(rows: list[dict]) -> str:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="benchmark.py suites", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m experiments.benchmarks suites", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help=f"every row once, small: {QUICK}")
     p.add_argument("--workloads", nargs="+", default=None, choices=list(WORKLOADS), metavar="WORKLOAD",
                    help=f"default: all ({'; '.join(WORKLOADS)})")

@@ -14,13 +14,15 @@ import dataclasses
 import math
 import os
 import typing
+from typing import Any
 
 from popeval import typed_config
 from popeval.environments.registry import did_you_mean
 from popeval.policies import HEADS, POOLS
 from popeval.typed_config import parse_overrides
 
-__all__ = ["EvolveConfig", "RunOptions", "load_config", "parse_overrides", "config_from_dict"]
+__all__ = ["EvolveConfig", "EnvironmentConfig", "PolicyConfig", "StrategyConfig", "RunConfig", "RunOptions",
+           "load_config", "parse_overrides", "config_from_dict", "FLAT_KEYS", "SECTIONS"]
 
 #: The MLP's hidden activations (`popeval.policies`).
 _ACTIVATIONS = ("tanh", "relu", "elu", "gelu", "sigmoid", "silu", "leaky_relu")
@@ -46,133 +48,193 @@ def _check_module_name(name: str | None) -> None:
     raise ValueError(f"env_module must name a module as Python imports it (my_pkg.envs), got {name!r}{hint}")
 
 
-@dataclasses.dataclass(frozen=True)
-class EvolveConfig:
-    """One experiment: what is evolved, on what, for how long, and the target."""
+def _field(default: Any, help_text: str, **kwargs: Any) -> Any:
+    """A config field with its one line of `--help` (the only place the line is written)."""
+    if isinstance(default, (dict, list)):
+        return dataclasses.field(default_factory=lambda: type(default)(default), metadata={"help": help_text}, **kwargs)
+    return dataclasses.field(default=default, metadata={"help": help_text}, **kwargs)
 
-    env_name: str = "CartPole-v1"
-    env_module: str | None = None  # a module that registers env_name when imported (`my_pkg.envs`)
-    env_kwargs: dict = dataclasses.field(default_factory=dict)
-    num_env_steps: int | None = None
-    policy: str = "mlp"  # "mlp" | "cnn" | "lstm" (an LSTM has one hidden size: `hidden_sizes: [n]`)
-    hidden_sizes: tuple = (32, 32)
-    activation: str = "tanh"
-    conv_channels: tuple = (16,)  # a CNN policy's convolutions
-    conv_kernel: tuple = (3, 3)  # their (height, width)
-    conv_pool: str = "none"  # "none" | "max": flatten their output, or each channel's maximum
-    head: str = "greedy"  # "greedy" | "sampled" (`popeval.policies`)
-    action_std: float | None = None  # a sampled Box head's scale (half-widths); null: learned
-    strategy: str = "openai_es"
-    strategy_kwargs: dict = dataclasses.field(default_factory=dict)
-    fitness_shaping: str = "centered_rank"
-    pop_size: int = 256
-    num_rollouts: int = 8
-    num_generations: int = 100
-    common_random_numbers: bool = True
-    obs_normalization: bool = False
-    compaction: bool = True  # RolloutWrapper(compaction=...): same results, faster when episodes end early
-    sharded_sampling: bool = False  # each device samples only its members (Gaussian strategies)
-    seed: int = 0
-    target: float | None = None  # reached when the population mean fitness >= target
-    stop_at_target: bool = False
-    eval_every: int = 10
-    eval_episodes: int = 64
-    checkpoint_every: int = 10
+
+def _check_sizes(name: str, sizes: tuple) -> None:
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in sizes):
+        raise ValueError(f"{name} must be positive integers, got {list(sizes)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvironmentConfig:
+    """What the policies play: the environment and its episodes."""
+
+    name: str = _field("CartPole-v1", "a registered environment id (popeval list-envs)")
+    module: str | None = _field(None, "a module to import first, which registers env_name (my_pkg.envs: installed, "
+                                      "on PYTHONPATH or in the current directory); the run records it, so eval, "
+                                      "render, export and --resume import it too")
+    kwargs: dict = _field({}, "environment constructor arguments or EnvParams fields, e.g. {max_steps_in_episode: 200}")
+    num_env_steps: int | None = _field(None, "steps per episode (null: the environment's episode limit)")
 
     def __post_init__(self):
-        typed_config.check_types(self)  # the Python API checks what YAML and the CLI check
-        if not -(2**31) <= self.seed < 2**31:
-            raise ValueError(f"seed must fit in int32 ([-2**31, 2**31)), got {self.seed}")
+        typed_config.check_types(self)
+        _check_module_name(self.module)
+        if self.num_env_steps is not None and self.num_env_steps < 1:
+            raise ValueError(f"num_env_steps must be >= 1 or null, got {self.num_env_steps}")
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyConfig:
+    """The policy: its kind, its layers and its action head."""
+
+    kind: str = _field("mlp", "mlp, cnn (convolutions on image observations, then an MLP) or lstm")
+    hidden_sizes: tuple = _field((32, 32), "hidden layer sizes of the MLP (a CNN's after its convolutions), or [n] "
+                                           "for an LSTM of n units")
+    activation: str = _field("tanh", "the MLP's hidden activation (tanh, relu, elu, gelu, sigmoid, silu, leaky_relu)")
+    conv_channels: tuple = _field((16,), "a CNN policy's convolution channels, one entry per layer")
+    conv_kernel: tuple = _field((3, 3), "a CNN policy's kernel (height, width), e.g. [3, 10] for whole rows of a "
+                                        "10-wide image")
+    conv_pool: str = _field("none", "none (flatten the convolutions' output) or max (each channel's maximum over "
+                                    "the image; policy: cnn)")
+    head: str = _field("greedy", "greedy (argmax of logits; tanh to a Box's bounds) or sampled (categorical; "
+                                 "Gaussian around the tanh mean), drawn from the episode's policy keys")
+    action_std: float | None = _field(None, "a sampled Box head's scale in half-widths of the bounds (null: a "
+                                            "learned parameter)")
+    obs_normalization: bool = _field(False, "normalise observations with running statistics")
+
+    def __post_init__(self):
+        typed_config.check_types(self)
         for name in ("hidden_sizes", "conv_channels", "conv_kernel"):
-            sizes = getattr(self, name)
-            if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in sizes):
-                raise ValueError(f"{name} must be positive integers, got {list(sizes)}")
+            _check_sizes(name, getattr(self, name))
         if len(self.conv_kernel) != 2:
             raise ValueError(f"conv_kernel must be [height, width], got {list(self.conv_kernel)}")
         _check_choice("activation", self.activation, _ACTIVATIONS)
-        _check_module_name(self.env_module)
-        if self.num_env_steps is not None and self.num_env_steps < 1:
-            raise ValueError(f"num_env_steps must be >= 1 or null, got {self.num_env_steps}")
-        if self.pop_size < 2:
-            raise ValueError(f"pop_size must be >= 2, got {self.pop_size}")
-        if self.num_rollouts < 1 or self.num_generations < 1:
-            raise ValueError("num_rollouts and num_generations must be >= 1")
-        self._check_policy()
-        if self.target is not None and not math.isfinite(self.target):
-            raise ValueError(f"target must be a finite number or null, got {self.target}")
+        _check_choice("policy", self.kind, POLICIES)
+        _check_choice("head", self.head, HEADS)
+        _check_choice("conv_pool", self.conv_pool, POOLS)
+        if self.kind == "lstm" and len(self.hidden_sizes) != 1:
+            raise ValueError(f"an LSTM policy has one hidden size (hidden_sizes: [n]), got {list(self.hidden_sizes)}")
+        if self.conv_pool != "none" and self.kind != "cnn":
+            raise ValueError(f"conv_pool: {self.conv_pool} pools a CNN's convolutions, and policy is {self.kind!r} "
+                             "(set policy: cnn, or leave conv_pool out)")
         if self.action_std is not None and not self.action_std > 0:
             raise ValueError(f"action_std must be > 0 or null (learned), got {self.action_std}")
+
+
+@dataclasses.dataclass(frozen=True)
+class StrategyConfig:
+    """The evolution strategy and its population."""
+
+    name: str = _field("openai_es", "an evosax algorithm or alias (openai_es, cma_es, snes, pgpe, simple_ga, ...), "
+                                    "or eggroll (low-rank perturbations, popeval.low_rank)")
+    kwargs: dict = _field({}, "strategy settings, e.g. {learning_rate: 0.05, std_init: 0.1}; eggroll: rank (1), "
+                              "sigma (0.1), learning_rate (0.05), optimizer (adam), lr_decay, lr_min, member_chunk")
+    fitness_shaping: str = _field("centered_rank", "centered_rank, z_score or none")
+    pop_size: int = _field(256, "population size")
+    sharded_sampling: bool = _field(False, "each device samples only its own members and the update regenerates "
+                                           "them from the key: memory per device O(pop_size / devices x params), "
+                                           "not O(pop_size x params) (openai_es, snes, pgpe; other random numbers "
+                                           "than evosax's ask; eggroll always does)")
+
+    def __post_init__(self):
+        typed_config.check_types(self)
+        if self.pop_size < 2:
+            raise ValueError(f"pop_size must be >= 2, got {self.pop_size}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """The run: its budget, its episodes per member, its seed, target, evaluations and checkpoints."""
+
+    num_generations: int = _field(100, "generations to run (raise it to extend a finished run)")
+    num_rollouts: int = _field(8, "episodes per member per generation")
+    common_random_numbers: bool = _field(True, "all members play the same episodes in a generation")
+    compaction: bool = _field(True, "gather members with running episodes into fewer chunks as others end "
+                                    "(same results)")
+    seed: int = _field(0, "the run's seed (int32)")
+    target: float | None = _field(None, "population mean fitness that counts as solved (null: none)")
+    stop_at_target: bool = _field(False, "stop at the first generation that reaches the target")
+    eval_every: int = _field(10, "evaluate the mean and best policy every N generations")
+    eval_episodes: int = _field(64, "episodes of each evaluation")
+    checkpoint_every: int = _field(10, "checkpoint every N generations (and when the run stops)")
+
+    def __post_init__(self):
+        typed_config.check_types(self)
+        if not -(2**31) <= self.seed < 2**31:
+            raise ValueError(f"seed must fit in int32 ([-2**31, 2**31)), got {self.seed}")
+        if self.num_rollouts < 1 or self.num_generations < 1:
+            raise ValueError("num_rollouts and num_generations must be >= 1")
+        if self.target is not None and not math.isfinite(self.target):
+            raise ValueError(f"target must be a finite number or null, got {self.target}")
         if self.eval_every < 1 or self.checkpoint_every < 1 or self.eval_episodes < 1:
             raise ValueError("eval_every, checkpoint_every and eval_episodes must be >= 1")
 
-    def _check_policy(self) -> None:
-        """The policy's settings: known names, and none that its kind does not use."""
-        _check_choice("policy", self.policy, POLICIES)
-        _check_choice("head", self.head, HEADS)
-        _check_choice("conv_pool", self.conv_pool, POOLS)
-        if self.policy == "lstm" and len(self.hidden_sizes) != 1:
-            raise ValueError(f"an LSTM policy has one hidden size (hidden_sizes: [n]), got {list(self.hidden_sizes)}")
-        if self.conv_pool != "none" and self.policy != "cnn":
-            raise ValueError(f"conv_pool: {self.conv_pool} pools a CNN's convolutions, and policy is {self.policy!r} "
-                             "(set policy: cnn, or leave conv_pool out)")
 
-    def to_dict(self) -> dict:
-        """The JSON-able form saved as a run's `config.json`."""
-        d = dataclasses.asdict(self)
-        d["hidden_sizes"] = list(self.hidden_sizes)
-        d["conv_channels"] = list(self.conv_channels)
-        d["conv_kernel"] = list(self.conv_kernel)
-        return d
-
-
-#: One line per `EvolveConfig` key (`popeval evolve --help` lists them).
-FIELD_HELP = {
-    "env_name": "a registered environment id (popeval list-envs)",
-    "env_module": ("a module to import first, which registers env_name (my_pkg.envs: installed, on PYTHONPATH or in "
-                   "the current directory); the run records it, so eval, render, export and --resume import it too"),
-    "env_kwargs": "environment constructor arguments or EnvParams fields, e.g. {max_steps_in_episode: 200}",
-    "num_env_steps": "steps per episode (null: the environment's episode limit)",
-    "policy": "mlp, cnn (convolutions on image observations, then an MLP) or lstm",
-    "hidden_sizes": "hidden layer sizes of the MLP (a CNN's after its convolutions), or [n] for an LSTM of n units",
-    "activation": "the MLP's hidden activation (tanh, relu, elu, gelu, sigmoid, silu, leaky_relu)",
-    "conv_channels": "a CNN policy's convolution channels, one entry per layer",
-    "conv_pool": "none (flatten the convolutions' output) or max (each channel's maximum over the image; policy: cnn)",
-    "conv_kernel": "a CNN policy's kernel (height, width), e.g. [3, 10] for whole rows of a 10-wide image",
-    "head": ("greedy (argmax of logits; tanh to a Box's bounds) or sampled (categorical; Gaussian around the "
-             "tanh mean), drawn from the episode's policy keys"),
-    "action_std": "a sampled Box head's scale in half-widths of the bounds (null: a learned parameter)",
-    "strategy": ("an evosax algorithm or alias (openai_es, cma_es, snes, pgpe, simple_ga, ...), or eggroll "
-                 "(low-rank perturbations, popeval.low_rank)"),
-    "strategy_kwargs": ("strategy settings, e.g. {learning_rate: 0.05, std_init: 0.1}; eggroll: rank (1), "
-                        "sigma (0.1), learning_rate (0.05), optimizer (adam), lr_decay, lr_min, member_chunk"),
-    "fitness_shaping": "centered_rank, z_score or none",
-    "pop_size": "population size",
-    "num_rollouts": "episodes per member per generation",
-    "num_generations": "generations to run (raise it to extend a finished run)",
-    "common_random_numbers": "all members play the same episodes in a generation",
-    "obs_normalization": "normalise observations with running statistics",
-    "compaction": "gather members with running episodes into fewer chunks as others end (same results)",
-    "sharded_sampling": ("each device samples only its own members and the update regenerates them from the key: "
-                         "memory per device O(pop_size / devices x params), not O(pop_size x params) "
-                         "(openai_es, snes, pgpe; other random numbers than evosax's ask; eggroll always does)"),
-    "seed": "the run's seed (int32)",
-    "target": "population mean fitness that counts as solved (null: none)",
-    "stop_at_target": "stop at the first generation that reaches the target",
-    "eval_every": "evaluate the mean and best policy every N generations",
-    "eval_episodes": "episodes of each evaluation",
-    "checkpoint_every": "checkpoint every N generations (and when the run stops)",
+#: The sections of an `EvolveConfig`, by name.
+SECTIONS = {"environment": EnvironmentConfig, "policy": PolicyConfig, "strategy": StrategyConfig, "run": RunConfig}
+#: The flat keys (configs, `config.json`, `--key=value`): `{key: (section, field)}`.
+FLAT_KEYS = {
+    "env_name": ("environment", "name"), "env_module": ("environment", "module"),
+    "env_kwargs": ("environment", "kwargs"), "num_env_steps": ("environment", "num_env_steps"),
+    "policy": ("policy", "kind"), "hidden_sizes": ("policy", "hidden_sizes"), "activation": ("policy", "activation"),
+    "conv_channels": ("policy", "conv_channels"), "conv_kernel": ("policy", "conv_kernel"),
+    "conv_pool": ("policy", "conv_pool"), "head": ("policy", "head"), "action_std": ("policy", "action_std"),
+    "strategy": ("strategy", "name"), "strategy_kwargs": ("strategy", "kwargs"),
+    "fitness_shaping": ("strategy", "fitness_shaping"), "pop_size": ("strategy", "pop_size"),
+    "num_rollouts": ("run", "num_rollouts"), "num_generations": ("run", "num_generations"),
+    "common_random_numbers": ("run", "common_random_numbers"), "obs_normalization": ("policy", "obs_normalization"),
+    "compaction": ("run", "compaction"), "sharded_sampling": ("strategy", "sharded_sampling"), "seed": ("run", "seed"),
+    "target": ("run", "target"), "stop_at_target": ("run", "stop_at_target"), "eval_every": ("run", "eval_every"),
+    "eval_episodes": ("run", "eval_episodes"), "checkpoint_every": ("run", "checkpoint_every"),
 }
 
 
+@dataclasses.dataclass(frozen=True)
+class EvolveConfig:
+    """One experiment: what is evolved (`environment`, `policy`), how (`strategy`), for how long
+    and to what target (`run`). Each section checks its own fields.
+
+    A config is written with flat keys (`env_name`, `pop_size`, ...: `FLAT_KEYS`, what YAML files,
+    `--key=value` and a run's `config.json` hold) or with one mapping per section
+    (`{strategy: {name: snes, pop_size: 64}}`); `from_flat` and `config_from_dict` read both.
+    """
+
+    environment: EnvironmentConfig = dataclasses.field(default_factory=EnvironmentConfig)
+    policy: PolicyConfig = dataclasses.field(default_factory=PolicyConfig)
+    strategy: StrategyConfig = dataclasses.field(default_factory=StrategyConfig)
+    run: RunConfig = dataclasses.field(default_factory=RunConfig)
+
+    def __post_init__(self):
+        for name, cls in SECTIONS.items():
+            if not isinstance(getattr(self, name), cls):
+                raise TypeError(f"config section {name!r}: expected {cls.__name__}, got {getattr(self, name)!r:.80}")
+
+    @classmethod
+    def from_flat(cls, **keys: Any) -> EvolveConfig:
+        """An `EvolveConfig` from flat keys (`EvolveConfig.from_flat(env_name="Pendulum-v1", pop_size=64)`)."""
+        return config_from_dict(keys)
+
+    def to_dict(self) -> dict:
+        """The flat, JSON-able form saved as a run's `config.json` (`FLAT_KEYS`' order)."""
+        d = {key: getattr(getattr(self, section), name) for key, (section, name) in FLAT_KEYS.items()}
+        return {k: list(v) if isinstance(v, tuple) else (dict(v) if isinstance(v, dict) else v) for k, v in d.items()}
+
+
+def _help(key: str) -> str:
+    section, name = FLAT_KEYS[key]
+    return next(f for f in dataclasses.fields(SECTIONS[section]) if f.name == name).metadata["help"]
+
+
+#: One line per flat config key (`popeval evolve --help` lists them), from the sections' fields.
+FIELD_HELP = {key: _help(key) for key in FLAT_KEYS}
+
+
 def describe_fields() -> str:
-    """Every config key with its type, default and one line."""
-    hints = typing.get_type_hints(EvolveConfig)
+    """Every flat config key with its type, default and one line."""
     lines = []
-    for f in dataclasses.fields(EvolveConfig):
+    for key, (section, name) in FLAT_KEYS.items():
+        cls = SECTIONS[section]
+        f = next(f for f in dataclasses.fields(cls) if f.name == name)
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        args = typing.get_args(hints[f.name]) or (hints[f.name],)
+        hint = typing.get_type_hints(cls)[name]
+        args = typing.get_args(hint) or (hint,)
         kind = " or ".join("null" if a is type(None) else a.__name__ for a in args)
-        lines.append(f"  {f.name} ({kind}, default {default!r}): {FIELD_HELP[f.name]}")
+        lines.append(f"  {key} ({kind}, default {default!r}): {FIELD_HELP[key]}")
     return "\n".join(lines)
 
 
@@ -225,12 +287,48 @@ class RunOptions:
 
 
 def config_from_dict(data: dict) -> EvolveConfig:
-    """An `EvolveConfig` from a mapping, every key checked and typed.
+    """An `EvolveConfig` from a mapping of flat keys (`FLAT_KEYS`), of sections (`{policy: {kind:
+    cnn}}`), or both, every key checked and typed.
 
     Raises:
-        ValueError / TypeError naming an unknown or mistyped key.
+        ValueError: naming an unknown or repeated key, or a value out of range.
+        TypeError: naming a mistyped key.
     """
-    return typed_config.from_mapping(EvolveConfig, data)
+    sections: dict[str, dict] = {name: {} for name in SECTIONS}
+    for key, value in data.items():
+        if key in SECTIONS and isinstance(value, dict):
+            for name, v in value.items():
+                fields = [f.name for f in dataclasses.fields(SECTIONS[key])]
+                if name not in fields:
+                    raise ValueError(f"unknown config key {f'{key}.{name}'!r}" + did_you_mean(name, fields))
+                _put(sections, key, name, v, f"{key}.{name}")
+        elif key in FLAT_KEYS:
+            _put(sections, *FLAT_KEYS[key], value, key)
+        else:
+            section, _, name = key.partition(".")
+            if section in SECTIONS and name:  # a section's unknown field, as `flat` writes it
+                fields = [f.name for f in dataclasses.fields(SECTIONS[section])]
+                raise ValueError(f"unknown config key {key!r}" + did_you_mean(name, fields))
+            raise ValueError(f"unknown config key {key!r}" + did_you_mean(key, [*FLAT_KEYS, *SECTIONS]))
+    return EvolveConfig(**{name: _section(name, fields) for name, fields in sections.items()})
+
+
+def _section(name: str, fields: dict) -> Any:
+    """The section `name` from `{field: (value, the key it was given as)}`; a type error names the key."""
+    try:
+        return SECTIONS[name](**{k: v for k, (v, _) in fields.items()})
+    except TypeError as e:
+        message = str(e)
+        for field, (_, key) in fields.items():
+            message = message.replace(f"config key {field!r}", f"config key {key!r}")
+        raise TypeError(message) from None
+
+
+def _put(sections: dict, section: str, name: str, value: Any, key: str) -> None:
+    """Sets a section's field once (a flat key and its section's spelling may not both be given)."""
+    if name in sections[section]:
+        raise ValueError(f"config key {key!r} given twice (as {sections[section][name][1]!r} too)")
+    sections[section][name] = (value, key)
 
 
 def load_config(path: str | os.PathLike | None = None, overrides: list[str] | dict | None = None) -> EvolveConfig:
@@ -240,4 +338,18 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | di
     Raises:
         ValueError / TypeError naming an unknown or mistyped key.
     """
-    return typed_config.load(EvolveConfig, path, overrides)
+    given = overrides if isinstance(overrides, dict) else parse_overrides(overrides or [])
+    return config_from_dict({**flat(typed_config.read(path)), **flat(given)})
+
+
+def flat(data: dict) -> dict:
+    """`data` with its sections' fields as flat keys (`{strategy: {pop_size: 64}}` -> `{pop_size:
+    64}`); unknown keys are kept, for `config_from_dict` to name."""
+    keys = {v: k for k, v in FLAT_KEYS.items()}
+    out = {}
+    for key, value in data.items():
+        if key in SECTIONS and isinstance(value, dict):
+            out.update({keys.get((key, name), f"{key}.{name}"): v for name, v in value.items()})
+        else:
+            out[key] = value
+    return out

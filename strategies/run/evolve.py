@@ -1,7 +1,7 @@
 """The evolve loop: ask -> shard -> evaluate -> gather -> tell -> log -> checkpoint.
 
     from popeval.strategies import EvolveConfig, RunOptions, evolve
-    summary = evolve(EvolveConfig(env_name="CartPole-v1", pop_size=256, num_generations=50),
+    summary = evolve(EvolveConfig.from_flat(env_name="CartPole-v1", pop_size=256, num_generations=50),
                      RunOptions(run_dir="runs/cartpole"))
 
 A generation runs on CPU devices as one-device programs (ask, evaluate pieces of the population
@@ -24,6 +24,7 @@ sinks that started are closed, so Ctrl-C stops a run at once.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import sys
@@ -33,6 +34,7 @@ from collections.abc import Sequence
 from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import jax
 import numpy as np
@@ -165,29 +167,40 @@ def evolve(config: EvolveConfig | None = None, options: RunOptions | None = None
     if isinstance(opened, run_dir_lib.Done):
         return opened.summary
     ctx = _RunContext(opened, options, sinks, primary, t_start)
+    progress = ctx.progress
     try:
-        state = _start(ctx)
+        _start(ctx)
         _run_generations(ctx)
-        if ctx.gen > ctx.start_gen:
-            state = ctx.step.first(ctx.stacked)
-        if ctx.final_returns is None:  # a resumed run that had run its generations (or reached its target)
-            ctx.final_returns = _final_evaluation(ctx, state)
-        returns = ctx.final_returns
+        if progress.final_returns is None:  # a resumed run that had run its generations (or reached its target)
+            progress.final_returns = _final_evaluation(ctx, ctx.step.first(progress.stacked))
     except KeyboardInterrupt:
-        raise RunInterrupted(ctx.run_dir, ctx.gen) from None
+        raise RunInterrupted(ctx.run_dir, progress.gen) from None
     except Exception as e:
         if distributed.lost_peer(e):
             raise _lost_peer(ctx, e) from e
         raise
     finally:
         ctx.close()
-    return _summary(ctx, state, *returns)
+    return _summary(ctx, ctx.step.first(progress.stacked))
+
+
+@dataclasses.dataclass
+class Progress:
+    """What a run has done so far (the loop's state): generations run and logged, the state
+    after the last of them on the devices, and, once known, why it stopped early, the first
+    generation's seconds and the final evaluation. With `_RunContext.meta` (the counters a
+    checkpoint saves) it moves once a generation is logged."""
+
+    gen: int
+    stacked: Any = None
+    stopped: str | None = None  # why the run stopped before its last generation
+    compile_time: float | None = None  # the first generation's seconds, compilation included
+    final_returns: np.ndarray | None = None  # (2, eval_episodes): the final evaluation's, once run
 
 
 class _RunContext:
-    """One run: its directory and experiment, the resources it started (lock, sinks, start-up
-    and generation threads; `close` releases them) and its progress (`gen`, `stacked`, `meta`:
-    what a checkpoint saves, moved together once a generation is logged)."""
+    """One run: its directory, experiment and programs, the resources it started (lock, sinks,
+    start-up and generation threads; `close` releases them), and its `progress`."""
 
     def __init__(self, opened: run_dir_lib.Opened, options: RunOptions, sinks: Sequence[Sink] | None,
                  primary: bool, t_start: float):
@@ -201,14 +214,9 @@ class _RunContext:
         self.start_gen = int(self.meta["generation"])
         self.last = opened.last  # the generation the run ends at (run_dir.last_generation)
         self.solved_before = self.meta.get("solved_at") is not None
-        self.gen = self.start_gen  # generations run and logged
-        self.stacked = None  # the state after generation `gen`, on the devices
-        self.stopped: str | None = None  # why the run stopped before its last generation
-        self.step = None  # the generation program (`generation_step`)
-        self.seed = np.int32(self.config.seed)
-        self.devices = 0
-        self.compile_time: float | None = None  # the first generation's seconds, compilation included
-        self.final_returns: np.ndarray | None = None  # (2, eval_episodes): the final evaluation's, once run
+        self.progress = Progress(self.start_gen)
+        self.step, self.devices = None, 0  # the generation program (`generation_step`), built by `_start`
+        self.seed = np.int32(self.config.run.seed)
         self.runner = ThreadPoolExecutor(1, thread_name_prefix="popeval-generation")
         self._t_start, self._elapsed0 = t_start, float(self.meta.get("elapsed_seconds") or 0.0)
 
@@ -226,10 +234,11 @@ class _RunContext:
         `checkpoint.json` may be one checkpoint behind), on process 0, then releases what the run
         started."""
         try:
-            resumed_to_its_end = self.resuming and self.final_returns is not None
-            if (self.gen > self.start_gen or resumed_to_its_end) and self.primary:
+            progress = self.progress
+            resumed_to_its_end = self.resuming and progress.final_returns is not None
+            if (progress.gen > self.start_gen or resumed_to_its_end) and self.primary:
                 self.meta["elapsed_seconds"] = self.elapsed()
-                checkpoint.save(self.run_dir, self.step.first(self.stacked), self.meta)
+                checkpoint.save(self.run_dir, self.step.first(progress.stacked), self.meta)
         finally:
             self.runner.shutdown(wait=False, cancel_futures=True)
             error = sys.exc_info()[0]
@@ -238,12 +247,12 @@ class _RunContext:
             if self.lock is not None:
                 # A run that failed before running a generation leaves no directory it created.
                 failed = isinstance(sys.exc_info()[1], Exception)
-                self.lock.release(discard_dir=failed and self.gen == self.start_gen)
+                self.lock.release(discard_dir=failed and self.progress.gen == self.start_gen)
 
 
-def _start(ctx: _RunContext):
-    """Builds the generation program, starts the start-up threads and returns the initial (or
-    resumed) state; `ctx.stacked` holds it on the devices."""
+def _start(ctx: _RunContext) -> None:
+    """Builds the generation program, starts the start-up threads and puts the initial (or
+    resumed) state on the devices (`ctx.progress.stacked`)."""
     config, run = ctx.config, ctx.run
     ctx.devices = sharding.num_devices()
     ctx.step = generation_step(run, config, ctx.devices)
@@ -251,12 +260,12 @@ def _start(ctx: _RunContext):
                         jax.eval_shape(init_fn(run, config), ctx.seed))
     processes = distributed.process_count()
     ctx.say("run %s: %s on %s, pop %d x %d rollouts, %d device(s)%s%s", ctx.run_dir, run.strategy.name,
-            config.env_name, config.pop_size, config.num_rollouts, ctx.devices,
+            config.environment.name, config.strategy.pop_size, config.run.num_rollouts, ctx.devices,
             f" in {processes} processes" if processes > 1 else "",
             f" (resumed at generation {ctx.start_gen})" if ctx.resuming else "")
-    info = RunInfo(run_dir=ctx.run_dir, name=ctx.run_dir.name, title=f"{config.env_name} / {run.strategy.name}",
+    info = RunInfo(run_dir=ctx.run_dir, name=ctx.run_dir.name, title=f"{config.environment.name} / {run.strategy.name}",
                    config=config.to_dict(), start_generation=ctx.start_gen,
-                   num_generations=ctx.last, meta=ctx.meta, target=config.target)
+                   num_generations=ctx.last, meta=ctx.meta, target=config.run.target)
     ctx.startup = _Startup()
     ctx.startup.start(ctx.step, eval_fn(run, config), spec, ctx.seed, ctx.sinks, info)
     state = _result(ctx.runner.submit(init_state, run, config))  # it compiles: Ctrl-C must not wait
@@ -266,73 +275,103 @@ def _start(ctx: _RunContext):
             state, _ = checkpoint.load(ctx.run_dir, state, ctx.saved)
             ctx.saved = None
         state = distributed.broadcast(state)  # the other processes need not see the run directory
-    ctx.stacked = ctx.step.replicate(state)
-    return state
+    ctx.progress.stacked = ctx.step.replicate(state)
 
 
 def _run_generations(ctx: _RunContext) -> None:
-    """Runs generations until the budget, the target (`stop_at_target`) or a non-finite state."""
-    step, config = ctx.step, ctx.config
+    """Runs generations until the budget, the target (`stop_at_target`) or a non-finite state:
+    each one's row goes to the sinks, then `_advance` makes it the run's progress."""
+    step, progress = ctx.step, ctx.progress
     stacked_seed = step.replicate(ctx.seed)
     t0 = time.perf_counter()
     _result(ctx.startup.generation)
     # Generation g+1 runs (on the runner's thread) while generation g's metrics are fetched,
     # logged and checkpointed here. A run that stops early drops one generation.
-    pending = ctx.runner.submit(step, ctx.stacked, stacked_seed) if ctx.gen < ctx.last else None
+    pending = ctx.runner.submit(step, progress.stacked, stacked_seed) if progress.gen < ctx.last else None
     while pending is not None:
         new, metrics = _result(pending)
-        pending = ctx.runner.submit(step, new, stacked_seed) if ctx.gen + 1 < ctx.last else None
-        metrics = {k: v.item() for k, v in step.first(metrics).items()}
+        pending = ctx.runner.submit(step, new, stacked_seed) if progress.gen + 1 < ctx.last else None
         dt = time.perf_counter() - t0
         t0 += dt
-        if ctx.compile_time is None:
-            ctx.compile_time = dt
-            _warn_nonfinite_returns(ctx, metrics)
-        metrics = _generation_metrics(ctx, new, metrics, dt)
-        solved = _solved(config, metrics)
-        solved_at = ctx.meta.get("solved_at")
-        if solved and solved_at is None:
-            solved_at = {"generation": ctx.gen + 1, "seconds": metrics["time/elapsed"]}
+        row, ends = _row(ctx, new, {k: v.item() for k, v in step.first(metrics).items()}, dt)
         ctx.startup.wait_for_sinks()
         for sink in ctx.sinks:
-            sink.log(ctx.gen + 1, metrics)
-        if metrics["nonfinite/state"] > 0:
-            _stop_diverged(ctx, metrics)
-            break
-        _commit(ctx, new, metrics, solved_at)
-        if solved and config.stop_at_target and not ctx.solved_before:
+            sink.log(progress.gen + 1, row)
+        if not _advance(ctx, new, row) or ends:
             break
 
 
-def _generation_metrics(ctx: _RunContext, new, metrics: dict, dt: float) -> dict:
-    """A generation's logged metrics: the program's, the step counts and rate, the evaluation of
-    the mean and best policy when one is due (NaN otherwise), the time elapsed, and in the run's
-    last row (its budget, its target with `stop_at_target`, or a non-finite state) the final
-    evaluation that `result.json` reports (NaN in the other rows)."""
-    config, gen = ctx.config, ctx.gen
+def _row(ctx: _RunContext, new, metrics: dict, dt: float) -> tuple[dict, bool]:
+    """`(generation gen + 1's logged row, whether it is the run's last)`: the program's metrics,
+    the step counts and rate, the evaluation of the mean and best policy when one is due (NaN
+    otherwise), the time elapsed; the last row (the budget, the target with `stop_at_target`, or
+    a non-finite state) also carries the final evaluation (`_with_final_evaluation`)."""
+    config, gen, progress = ctx.config, ctx.progress.gen, ctx.progress
+    if progress.compile_time is None:
+        progress.compile_time = dt
+        _warn_nonfinite_returns(ctx, metrics)
     gen_steps = int(metrics.pop("steps/generation"))
     metrics.update({"generation": gen + 1, "steps/env_total": ctx.meta["env_steps"] + gen_steps,
                     "steps/per_second": gen_steps / max(dt, 1e-9)})
     metrics["eval/return"] = metrics["eval/best_return"] = math.nan
     metrics["eval/final_return"] = metrics["eval/final_best_return"] = math.nan  # sinks.FINAL_COLUMNS
     diverged = metrics["nonfinite/state"] > 0
-    if not diverged and ((gen + 1) % config.eval_every == 0 or gen + 1 == config.num_generations):
+    if not diverged and ((gen + 1) % config.run.eval_every == 0 or gen + 1 == config.run.num_generations):
         state = ctx.step.first(new)
         returns = ctx.startup.evaluate(state.strategy, state.best_params, state.obs_stats, ctx.seed,
                                        np.int32(gen + 1))
         metrics["eval/return"], metrics["eval/best_return"] = np.asarray(returns).mean(axis=1).tolist()
     metrics["time/elapsed"] = ctx.elapsed()
-    if diverged or gen + 1 == config.num_generations or (_solved(config, metrics) and config.stop_at_target
-                                                         and not ctx.solved_before):
-        # The run's last row: it carries the final evaluation (of the last finite state).
-        ctx.final_returns = _final_evaluation(ctx, ctx.step.first(ctx.stacked if diverged else new))
-        metrics["eval/final_return"], metrics["eval/final_best_return"] = (
-            float(np.mean(r)) for r in ctx.final_returns)
-    return metrics
+    ends = diverged or gen + 1 == config.run.num_generations or (
+        _solved(config, metrics) and config.run.stop_at_target and not ctx.solved_before)
+    if ends:  # the final evaluation is of the last finite state
+        _with_final_evaluation(ctx, ctx.step.first(progress.stacked if diverged else new), metrics)
+    return metrics, ends
+
+
+def _advance(ctx: _RunContext, new, row: dict) -> bool:
+    """Makes a logged generation the run's progress (checkpointed when one is due); False,
+    keeping the progress as it was, when its strategy state is non-finite."""
+    progress = ctx.progress
+    if row["nonfinite/state"] > 0:
+        progress.stopped = (f"the strategy state became non-finite at generation {progress.gen + 1} "
+                            f"({int(row['nonfinite/state'])} values); kept generation {progress.gen}")
+        if ctx.primary:
+            log.warning("run %s: %s. Its settings diverge (e.g. a too large std_init or learning_rate).",
+                        ctx.run_dir, progress.stopped)
+        return False
+    solved_at = ctx.meta.get("solved_at")
+    if solved_at is None and _solved(ctx.config, row):
+        solved_at = {"generation": progress.gen + 1, "seconds": row["time/elapsed"]}
+    progress.gen, progress.stacked = progress.gen + 1, new
+    ctx.meta.update(generation=progress.gen, env_steps=row["steps/env_total"], solved_at=solved_at,
+                    elapsed_seconds=row["time/elapsed"])
+    if progress.gen % ctx.config.run.checkpoint_every == 0 and ctx.primary:
+        checkpoint.save(ctx.run_dir, ctx.step.first(progress.stacked), ctx.meta)
+    return True
 
 
 def _solved(config: EvolveConfig, metrics: dict) -> bool:
-    return config.target is not None and metrics["fitness/mean"] >= config.target
+    return config.run.target is not None and metrics["fitness/mean"] >= config.run.target
+
+
+def _warn_nonfinite_returns(ctx: _RunContext, metrics: dict) -> None:
+    """Warns, once, when every member's return of the first generation run is NaN or infinite:
+    non-finite fitness ranks worst, so such a run learns nothing."""
+    if ctx.primary and math.isnan(metrics["fitness/max"]):
+        log.warning("run %s: every member's return in generation %d is NaN or infinite; check the rewards "
+                    "of %s's step_env (non-finite fitness ranks worst, so nothing is learned)",
+                    ctx.run_dir, ctx.progress.gen + 1, ctx.config.environment.name)
+
+
+def _lost_peer(ctx: _RunContext, e: Exception) -> RuntimeError:
+    """The error a process raises when another process of the run stopped."""
+    gen = ctx.progress.gen
+    saved = (f"generation {gen} is saved in {ctx.run_dir}" if ctx.primary and gen > ctx.start_gen
+             else f"process 0 keeps the last checkpoint in {ctx.run_dir}")
+    return RuntimeError(f"process {distributed.process_index()}: another process of this run stopped "
+                        f"({' '.join(str(e).split())[:200]}); {saved}; restart every process with "
+                        f"--resume {ctx.run_dir}")
 
 
 def _final_evaluation(ctx: _RunContext, state) -> np.ndarray:
@@ -342,62 +381,34 @@ def _final_evaluation(ctx: _RunContext, state) -> np.ndarray:
                                            np.int32(keys_lib.FINAL_EVALUATION)))
 
 
-def _warn_nonfinite_returns(ctx: _RunContext, metrics: dict) -> None:
-    """Warns, once, when every member's return of the first generation run is NaN or infinite:
-    non-finite fitness ranks worst, so such a run learns nothing."""
-    if ctx.primary and math.isnan(metrics["fitness/max"]):
-        log.warning("run %s: every member's return in generation %d is NaN or infinite; check the rewards "
-                    "of %s's step_env (non-finite fitness ranks worst, so nothing is learned)",
-                    ctx.run_dir, ctx.gen + 1, ctx.config.env_name)
+def _with_final_evaluation(ctx: _RunContext, state, row: dict) -> None:
+    """Runs the final evaluation, into the run's last row (and, later, its summary)."""
+    ctx.progress.final_returns = _final_evaluation(ctx, state)
+    row["eval/final_return"], row["eval/final_best_return"] = (float(np.mean(r)) for r in ctx.progress.final_returns)
 
 
-def _stop_diverged(ctx: _RunContext, metrics: dict) -> None:
-    """Stops before a generation whose strategy state is non-finite (it is not kept)."""
-    ctx.stopped = (f"the strategy state became non-finite at generation {ctx.gen + 1} "
-                   f"({int(metrics['nonfinite/state'])} values); kept generation {ctx.gen}")
-    if ctx.primary:
-        log.warning("run %s: %s. Its settings diverge (e.g. a too large std_init or learning_rate).",
-                    ctx.run_dir, ctx.stopped)
-
-
-def _commit(ctx: _RunContext, new, metrics: dict, solved_at: dict | None) -> None:
-    """Makes a logged generation the run's progress, and checkpoints it when one is due."""
-    ctx.gen, ctx.stacked = ctx.gen + 1, new
-    ctx.meta.update(generation=ctx.gen, env_steps=metrics["steps/env_total"], solved_at=solved_at,
-                    elapsed_seconds=metrics["time/elapsed"])
-    if ctx.gen % ctx.config.checkpoint_every == 0 and ctx.primary:
-        checkpoint.save(ctx.run_dir, ctx.step.first(ctx.stacked), ctx.meta)
-
-
-def _lost_peer(ctx: _RunContext, e: Exception) -> RuntimeError:
-    """The error a process raises when another process of the run stopped."""
-    saved = (f"generation {ctx.gen} is saved in {ctx.run_dir}" if ctx.primary and ctx.gen > ctx.start_gen
-             else f"process 0 keeps the last checkpoint in {ctx.run_dir}")
-    return RuntimeError(f"process {distributed.process_index()}: another process of this run stopped "
-                        f"({' '.join(str(e).split())[:200]}); {saved}; restart every process with "
-                        f"--resume {ctx.run_dir}")
-
-
-def _summary(ctx: _RunContext, state, mean_returns, best_returns) -> dict:
-    """The run's summary; process 0 writes it to `RUN/result.json`."""
+def _summary(ctx: _RunContext, state) -> dict:
+    """The run's summary, with its final evaluation; process 0 writes it to `RUN/result.json`."""
+    progress = ctx.progress
+    mean_returns, best_returns = progress.final_returns
     summary = {
-        "env_name": ctx.config.env_name,
+        "env_name": ctx.config.environment.name,
         "strategy": ctx.run.strategy.name,
-        "generations": ctx.gen,
+        "generations": progress.gen,
         "env_steps": ctx.meta["env_steps"],
         "mean_policy_return": float(np.mean(mean_returns)),
         "best_policy_return": float(np.mean(best_returns)),
-        "eval_episodes": ctx.config.eval_episodes,
+        "eval_episodes": ctx.config.run.eval_episodes,
         "best_fitness": float(state.best_fitness),
         "solved_at": ctx.meta.get("solved_at"),
         "wall_seconds": ctx.elapsed(),
-        "first_generation_seconds": ctx.compile_time,
+        "first_generation_seconds": progress.compile_time,
         "devices": ctx.devices,
         "processes": distributed.process_count(),
         "run_dir": str(ctx.run_dir),
     }
-    if ctx.stopped:
-        summary["stopped"] = ctx.stopped
+    if progress.stopped:
+        summary["stopped"] = progress.stopped
     if not ctx.primary:
         return run_dir_lib.clean_result(summary)
     return run_dir_lib.write_result(ctx.run_dir, summary)

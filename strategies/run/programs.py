@@ -64,33 +64,33 @@ class Run(NamedTuple):
 def build(config: EvolveConfig) -> Run:
     """Environment, policy, rollout manager and strategy for a config (nothing is compiled). The
     config's `env_module` is imported first: every command that loads a run comes here."""
-    if config.env_module is not None:
-        import_env_module(config.env_module)
-    env, env_params = make(config.env_name, **config.env_kwargs)
-    head = {"head": config.head, "action_std": config.action_std}
+    if config.environment.module is not None:
+        import_env_module(config.environment.module)
+    env, env_params = make(config.environment.name, **config.environment.kwargs)
+    head = {"head": config.policy.head, "action_std": config.policy.action_std}
     init_carry = None
-    if config.policy == "lstm":
-        policy = LSTMPolicy.for_env(env, env_params, hidden_size=config.hidden_sizes[0], **head)
+    if config.policy.kind == "lstm":
+        policy = LSTMPolicy.for_env(env, env_params, hidden_size=config.policy.hidden_sizes[0], **head)
         init_carry = policy.initialize_carry()
-    elif config.policy == "cnn":
-        policy = CNNPolicy.for_env(env, env_params, conv_channels=config.conv_channels,
-                                   kernel_size=config.conv_kernel, pool=config.conv_pool,
-                                   hidden_sizes=config.hidden_sizes, activation=config.activation, **head)
+    elif config.policy.kind == "cnn":
+        policy = CNNPolicy.for_env(env, env_params, conv_channels=config.policy.conv_channels,
+                                   kernel_size=config.policy.conv_kernel, pool=config.policy.conv_pool,
+                                   hidden_sizes=config.policy.hidden_sizes, activation=config.policy.activation, **head)
     else:
-        policy = MLPPolicy.for_env(env, env_params, hidden_sizes=config.hidden_sizes,
-                                   activation=config.activation, **head)
+        policy = MLPPolicy.for_env(env, env_params, hidden_sizes=config.policy.hidden_sizes,
+                                   activation=config.policy.activation, **head)
     manager = RolloutWrapper(
-        policy.apply, env=env, env_params=env_params, num_env_steps=config.num_env_steps,
-        init_carry=init_carry, common_random_numbers=config.common_random_numbers,
-        obs_normalization=config.obs_normalization, compaction=config.compaction,
+        policy.apply, env=env, env_params=env_params, num_env_steps=config.environment.num_env_steps,
+        init_carry=init_carry, common_random_numbers=config.run.common_random_numbers,
+        obs_normalization=config.policy.obs_normalization, compaction=config.run.compaction,
         devices=1,  # the generation program shards the population itself (popeval.sharding)
     )
     shapes = jax.eval_shape(lambda k: policy.init_params(k, env, env_params), jax.random.key(0))
     template = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes)
-    strategy = make_strategy(config.strategy, config.pop_size, template, config.fitness_shaping,
-                             **config.strategy_kwargs)
+    strategy = make_strategy(config.strategy.name, config.strategy.pop_size, template, config.strategy.fitness_shaping,
+                             **config.strategy.kwargs)
     # EGGROLL's members are drawn where they are evaluated anyway: sharded_sampling changes nothing.
-    if config.sharded_sampling and strategy.members is None and strategy.name != EGGROLL:
+    if config.strategy.sharded_sampling and strategy.members is None and strategy.name != EGGROLL:
         raise ValueError(f"sharded_sampling: {strategy.name} cannot sample its members one by one; "
                          "Open_ES (openai_es), SNES and PGPE can")
     return Run(env, env_params, policy, manager, strategy, template)
@@ -101,7 +101,7 @@ def init_fn(run: Run, config: EvolveConfig):
     def init(seed):
         key = keys_lib.run_key(seed)
         params = run.policy.init_params(key, run.env, run.env_params)
-        stats = normalization.init(run.manager.obs_shape) if config.obs_normalization else None
+        stats = normalization.init(run.manager.obs_shape) if config.policy.obs_normalization else None
         return EvolveState(
             strategy=run.strategy.init(keys_lib.run_key(seed, keys_lib.INIT), params),
             generation=jnp.int32(0),
@@ -115,7 +115,7 @@ def init_fn(run: Run, config: EvolveConfig):
 
 def init_state(run: Run, config: EvolveConfig) -> EvolveState:
     """The initial state, computed by one compiled program (not one per eager operation)."""
-    seed = np.int32(config.seed)
+    seed = np.int32(config.run.seed)
     return jax.jit(init_fn(run, config)).lower(seed).compile(compiler.options())(seed)
 
 
@@ -135,7 +135,7 @@ def generation_parts(run: Run, config: EvolveConfig):
       global indices `members` (m,), each on episode keys from (seed, generation, index).
     - `update(state, seed, asked, (fitness, steps, obs_stats) of all P) -> (state, metrics)`.
     """
-    sampler = run.strategy.members if config.sharded_sampling else None
+    sampler = run.strategy.members if config.strategy.sharded_sampling else None
 
     def ask(state, seed):
         if sampler is not None:  # every device samples its own members; tell regenerates them
@@ -155,8 +155,8 @@ def generation_parts(run: Run, config: EvolveConfig):
 
     def evaluate(state, seed, asked, members):
         key_eval = keys_lib.generation_keys(seed, state.generation)[1]
-        keys = keys_lib.member_keys(jax.random.split(key_eval, config.num_rollouts), members,
-                                    config.common_random_numbers)
+        keys = keys_lib.member_keys(jax.random.split(key_eval, config.run.num_rollouts), members,
+                                    config.run.common_random_numbers)
         result = run.manager.kernel.fitness(keys, members_of(state, seed, asked, members), run.manager.env_params,
                                             state.obs_stats)
         return result.returns.mean(axis=-1), result.lengths.sum(axis=-1), result.obs_stats
@@ -176,7 +176,7 @@ def generation_parts(run: Run, config: EvolveConfig):
                                    params_of(state, seed, asked, best[None]))
         best_fitness = jnp.where(improved, fitness[best], state.best_fitness)
         obs_stats = state.obs_stats
-        if config.obs_normalization:
+        if config.policy.obs_normalization:
             obs_stats = normalization.merge_stacked(member_stats, obs_stats)
 
         metrics = _metrics(run, fitness, steps, best_fitness, strategy_state, tell_metrics)
@@ -194,7 +194,7 @@ def generation_fn(run: Run, config: EvolveConfig, devices: int):
     argument, so runs that differ only in their seed share the compiled program and the
     compilation cache): each device evaluates its slice of the population, all-gathers."""
     ask, evaluate, update = generation_parts(run, config)
-    pop_size = config.pop_size
+    pop_size = config.strategy.pop_size
 
     def generation(state: EvolveState, seed: jax.Array):
         asked = ask(state, seed)
@@ -210,7 +210,8 @@ def generation_step(run: Run, config: EvolveConfig, devices: int):
     any device count rounds as one device does), elsewhere one program over the devices
     (`sharding.Replicated`). Either maps `(state, seed)` to `(state, metrics)` on the devices."""
     if sharding.on_cpus(devices):
-        return sharding.Pieces(*generation_parts(run, config), config.pop_size, devices, config.num_rollouts)
+        return sharding.Pieces(*generation_parts(run, config), config.strategy.pop_size, devices,
+                               config.run.num_rollouts)
     return sharding.Replicated(generation_fn(run, config, devices), devices)
 
 
@@ -256,7 +257,7 @@ def policies_eval_fn(run: Run, config: EvolveConfig):
     """`evaluate(both, obs_stats, seed, index) -> returns (2, E)`: `eval_fn`'s evaluation of two
     policies stacked on a leading axis (mean, best), which `popeval eval --episodes_from_run`
     replays from a saved run. Not jitted."""
-    manager, episodes = run.manager, config.eval_episodes
+    manager, episodes = run.manager, config.run.eval_episodes
 
     def evaluate(both, obs_stats, seed, index):
         keys = jnp.broadcast_to(keys_lib.evaluation_keys(seed, index, episodes), (2, episodes))

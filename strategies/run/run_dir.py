@@ -145,8 +145,8 @@ def _default_dir(config: EvolveConfig) -> Path:
     """`runs/<env>-<strategy>-seed<seed>-<time>`: one directory under `runs/`, a namespaced id's
     separators (`brax/ant`) turned into `-`."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    env = config.env_name.replace("/", "-").replace("\\", "-")
-    return Path(f"runs/{env}-{config.strategy}-seed{config.seed}-{stamp}")
+    env = config.environment.name.replace("/", "-").replace("\\", "-")
+    return Path(f"runs/{env}-{config.strategy.name}-seed{config.run.seed}-{stamp}")
 
 
 class Lock:
@@ -586,8 +586,9 @@ def _open_primary(config: EvolveConfig | None, options: RunOptions) -> tuple[dic
     try:
         saved = checkpoint.read(prepared.run_dir) if prepared.resuming else None
         meta = _start_meta(prepared, saved)
-        if prepared.resuming and prepared.config.num_generations < int(meta["generation"]):
-            raise ValueError(f"--resume {prepared.run_dir}: num_generations {prepared.config.num_generations} is below "
+        if prepared.resuming and prepared.config.run.num_generations < int(meta["generation"]):
+            raise ValueError(f"--resume {prepared.run_dir}: num_generations {prepared.config.run.num_generations} is "
+                             f"below "
                              f"the {meta['generation']} generations the run has run; a run cannot be shortened "
                              f"(leave num_generations out, or raise it to continue)")
         opened = {"run_dir": str(prepared.run_dir), "resuming": prepared.resuming,
@@ -633,9 +634,9 @@ def complete(meta: dict, config: EvolveConfig, saved: EvolveConfig | None, resul
     gen = int(meta["generation"])
     if gen < last_generation(meta, config, saved) or (result or {}).get("generations") != gen:
         return None
-    if gen < config.num_generations:
-        return f"its target {config.target} was reached at generation {gen}"
-    return f"generation {gen} of {config.num_generations}"
+    if gen < config.run.num_generations:
+        return f"its target {config.run.target} was reached at generation {gen}"
+    return f"generation {gen} of {config.run.num_generations}"
 
 
 def last_generation(meta: dict, config: EvolveConfig, saved: EvolveConfig | None) -> int:
@@ -643,7 +644,7 @@ def last_generation(meta: dict, config: EvolveConfig, saved: EvolveConfig | None
     checkpoint when that generation reached the target and `num_generations` was not raised
     since (a raised run continues past its target)."""
     solved = (meta.get("solved_at") or {}).get("generation")
-    raised = saved is not None and config.num_generations > saved.num_generations
-    if config.stop_at_target and solved == int(meta["generation"]) and not raised:
+    raised = saved is not None and config.run.num_generations > saved.run.num_generations
+    if config.run.stop_at_target and solved == int(meta["generation"]) and not raised:
         return solved
-    return config.num_generations
+    return config.run.num_generations

@@ -1,6 +1,6 @@
 """Throughput of a population evaluation on a brax environment: popeval vs brax's own loop.
 
-    python experiments/brax_throughput.py [--env ant] [--pop_size 64] [--num_rollouts 1]
+    python -m experiments.benchmarks brax_throughput [--env ant] [--pop_size 64] [--num_rollouts 1]
         [--num_steps 1000] [--backends generalized,mjx] [--repeats 3] [--json out.json]
 
 Rows, per backend, in one process (so their ratio is meaningful on a shared machine):
@@ -104,7 +104,8 @@ def measure(env_name: str, backend: str, pop_size: int, num_rollouts: int, num_s
 
 
 def main(argv=None) -> list[dict]:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m experiments.benchmarks brax_throughput",
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("--env", default="ant")
     ap.add_argument("--pop_size", "--pop-size", type=int, default=64)
     ap.add_argument("--num_rollouts", "--num-rollouts", type=int, default=1)

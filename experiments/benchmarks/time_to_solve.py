@@ -6,8 +6,8 @@ Compares, each in a fresh Python process on the same machine:
     rollouts, Adam 0.05, std 0.1, centred ranks) driving gymnax's CartPole-v1 through
     gymnax's `RolloutWrapper.population_rollout`, in the loop evosax's examples use.
 
-    python experiments/time_to_solve.py [--repeats 1] [--out bench_results/time_to_solve.json]
-    python experiments/time_to_solve.py --compile_options [--repeats 2]   # XLA's default vs popeval's options
+    python -m experiments.benchmarks time_to_solve [--repeats 1] [--out bench_results/time_to_solve.json]
+    python -m experiments.benchmarks time_to_solve --compile_options [--repeats 2]  # XLA's defaults vs popeval's
 
 Reported: wall seconds from process start until the process exits after reaching the target
 (so popeval's figure includes its final 64-episode evaluation and the PNG), generations, the
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MAX_GENERATIONS = 200
 
 
@@ -107,7 +107,7 @@ def measure(repeats: int = 1) -> list[dict]:
             env["POPEVAL_CACHE_DIR"] = str(Path(tmp) / "xla-cache")
             rows.append(_popeval_row("popeval evolve (cold cache)", r, env, Path(tmp)))
             rows.append(_popeval_row("popeval evolve (warm cache)", r, env, Path(tmp)))
-        wall, out = _run([sys.executable, __file__, "--anchor"], env)
+        wall, out = _run([sys.executable, "-m", "experiments.benchmarks", "time_to_solve", "--anchor"], env)
         anchor = json.loads(out.strip().splitlines()[-1])
         gen_s = anchor["generation_seconds"]
         rows.append({"name": "evosax Open_ES + gymnax RolloutWrapper", "repeat": r, "wall_seconds": wall,
@@ -136,7 +136,7 @@ def compile_options(repeats: int = 1, generations: int = 40) -> list[dict]:
         return usage.ru_utime + usage.ru_stime
 
     config = load_config(ROOT / "experiments" / "configs" / "cartpole.yaml")
-    run, devices, seed = build(config), sharding.num_devices(), np.int32(config.seed)
+    run, devices, seed = build(config), sharding.num_devices(), np.int32(config.run.seed)
     state = jax.jit(init_fn(run, config))(seed)
     rows, curves = [], []
     for name, options in [("XLA default", {}), ("popeval", compiler.options())] * repeats:
@@ -185,7 +185,8 @@ def format_table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m experiments.benchmarks time_to_solve",
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("--anchor", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--out", default="bench_results/time_to_solve.json")

@@ -1,11 +1,11 @@
 """The controller zoo (`experiments/controllers/<config>/`): its results tables and its
 learning-curve figures.
 
-    python experiments/zoo.py fresh [CONFIG ...]  # each controller on 4096+ fresh episodes -> fresh.json
-    python experiments/zoo.py seeds CONFIG RUN_DIR ...   # a config's runs with other seeds -> seeds.json
-    python experiments/zoo.py table [--short]     # docs/zoo.md's (README's) table, from the JSON files
-    python experiments/zoo.py table --setups      # docs/zoo.md's second table: each run's setup and cost
-    python experiments/zoo.py figure              # experiments/zoo_curves_<family>.png from every metrics.csv
+    python -m experiments.zoo fresh [CONFIG ...]  # each controller on 4096+ fresh episodes -> fresh.json
+    python -m experiments.zoo seeds CONFIG RUN_DIR ...   # a config's runs with other seeds -> seeds.json
+    python -m experiments.zoo table [--short]     # docs/zoo.md's (README's) table, from the JSON files
+    python -m experiments.zoo table --setups      # docs/zoo.md's second table: each run's setup and cost
+    python -m experiments.zoo figure              # experiments/zoo/zoo_curves_<family>.png from every metrics.csv
 
 A controller is `popeval export` of a run of `experiments/configs/<config>.yaml`. The return
 it is compared with is the config's `# Reference: VALUE (SOURCE)` line: the best published
@@ -31,16 +31,16 @@ import re
 import statistics
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-CONTROLLERS = HERE / "controllers"
-CONFIGS = HERE / "configs"
+HERE = Path(__file__).resolve().parent  # where the figures live
+CONTROLLERS = HERE.parent / "controllers"
+CONFIGS = HERE.parent / "configs"
 TOLERANCE = 0.02  # "met": within 2% of the target's magnitude (0.02 for a target of 0)
 FRESH_EPISODES, FRESH_PER_EVAL_EPISODE, FRESH_MAX = 4096, 16, 65536
 
 
 def controllers() -> list[Path]:
     """The zoo's controllers: those of popeval's own environments (a suite's, such as
-    `craftax/...`, have results of their own: experiments/craftax_eval.py)."""
+    `craftax/...`, have results of their own: `experiments.zoo.craftax_eval`)."""
     found = (p for p in CONTROLLERS.iterdir() if (p / "config.json").is_file())
     return sorted(p for p in found if "/" not in json.loads((p / "config.json").read_text())["env_name"])
 
@@ -121,7 +121,7 @@ def fresh_eval(run_dir: Path, episodes: int | None = None, overrides: dict | Non
 def write_fresh(names: list[str]) -> None:
     unknown = sorted(set(names) - {p.name for p in controllers()})
     if unknown:
-        raise SystemExit(f"zoo.py fresh: no controller {', '.join(unknown)}")
+        raise SystemExit(f"python -m experiments.zoo fresh: no controller {', '.join(unknown)}")
     for path in controllers():
         if names and path.name not in names:
             continue
@@ -300,7 +300,10 @@ def figure(out_dir: Path = HERE, cols: int = 3) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m experiments.zoo", description=__doc__.split("\n\n")[0],
+                                     epilog="also: python -m experiments.zoo references [CONFIG ...] (the derived "
+                                            "references) and craftax_eval [RUN_DIR ...] (Craftax-Classic's results); "
+                                            "--help after either for its options")
     sub = parser.add_subparsers(dest="command", required=True)
     fr = sub.add_parser("fresh", help="evaluate controllers on fresh episodes (writes fresh.json)")
     fr.add_argument("names", nargs="*", metavar="CONFIG", help="controllers (default: all)")

@@ -1,16 +1,16 @@
 """Reproduces the references that the zoo configs derive themselves (their `# Reference:`
 lines that cite a scripted controller, Thompson sampling, value iteration or a classifier).
 
-    python experiments/references.py                   # all of them (about 10 minutes)
-    python experiments/references.py reacher pong      # some, by config name
-    python experiments/references.py --episodes 8      # a quick, noisier run
+    python -m experiments.zoo references                   # all of them (about 10 minutes)
+    python -m experiments.zoo references reacher pong      # some, by config name
+    python -m experiments.zoo references --episodes 8      # a quick, noisier run
 
 Each reference function returns `[(player, returns thunk), ...]`, the reference first.
 Every player is played on popeval's own environment: `episodes` episodes (the config's
 count by default) whose keys are `jax.random.split(jax.random.key(0), episodes)`. Every
 row prints the value computed here next to the config's `# Reference:` value, then the
 other players measured the same way (simple rules, random play, planners that simulate
-the game). The MinAtar players are in `minatar_players.py`.
+the game). The MinAtar players are in `experiments.zoo.minatar_players`.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-import minatar_players as mp
 import numpy as np
-import zoo
 
+from experiments.zoo import minatar_players as mp
+from experiments.zoo import results as zoo
 from popeval.environments import make
 
 
@@ -290,7 +290,7 @@ def measure(name: str, episodes: int | None = None, others: bool = True) -> list
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m experiments.zoo references", description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", metavar="NAME",
                         help=f"config names (default: all): {', '.join(REFERENCES)}")
     parser.add_argument("--episodes", type=int, help="episodes per player (default: the config's count)")

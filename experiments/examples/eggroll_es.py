@@ -1,6 +1,6 @@
 """Low-rank populations from your own ES code: a 30-line EGGROLL in plain JAX on CartPole-v1.
 
-    python experiments/eggroll_es.py [--generations 30] [--pop_size 128] [--rank 1]
+    python -m experiments.examples eggroll_es [--generations 30] [--pop_size 128] [--rank 1]
 
 Each member is the mean policy plus a rank-`r` perturbation of every weight matrix (EGGROLL,
 Sarkar et al., arXiv 2511.16652): `manager.population_fitness(keys, population)` draws the
@@ -22,7 +22,7 @@ from popeval.strategies.algorithms.eggroll import gradient
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m experiments.examples eggroll_es", description=__doc__.split("\n\n")[0])
     ap.add_argument("--generations", type=int, default=30)
     ap.add_argument("--pop_size", "--pop-size", type=int, default=128)
     ap.add_argument("--rank", type=int, default=1)

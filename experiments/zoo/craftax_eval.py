@@ -1,6 +1,6 @@
 """Craftax-Classic as Craftax reports it: reward and achievements, for controllers and a random policy.
 
-    python experiments/craftax_eval.py [RUN_DIR ...] [--episodes 64] [--seed 12345] [--out FILE] [--figure PNG]
+    python -m experiments.zoo craftax_eval [RUN_DIR ...] [--episodes 64] [--seed 12345] [--out FILE] [--figure PNG]
 
 Plays each run's mean policy (and a policy of uniformly random actions) on the same fresh
 episodes, to the game's own 10,000-step limit, and prints per policy the mean episode
@@ -92,7 +92,7 @@ def figure(runs: list[Path], random_reward: float, path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m experiments.zoo craftax_eval", description=__doc__.split("\n\n")[0])
     p.add_argument("runs", nargs="*", type=Path, help="run directories or controllers of " + ENV_ID)
     p.add_argument("--episodes", type=int, default=64)
     p.add_argument("--seed", type=int, default=12345, help="the fresh episodes' seed (popeval eval's default)")

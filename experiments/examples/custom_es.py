@@ -1,6 +1,6 @@
 """Use popeval from your own ES code: a 30-line OpenAI-ES in plain JAX on CartPole-v1.
 
-    python experiments/custom_es.py [--generations 40] [--pop_size 128]
+    python -m experiments.examples custom_es [--generations 40] [--pop_size 128]
 
 Everything between "the ES proposes a population" and "the ES receives its fitness" is one
 call: `manager.population_fitness(keys, pop_params)`.
@@ -15,7 +15,7 @@ from popeval import MLPPolicy, ParamReshaper, RolloutWrapper, make
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m experiments.examples custom_es", description=__doc__.split("\n\n")[0])
     ap.add_argument("--generations", type=int, default=40)
     ap.add_argument("--pop_size", "--pop-size", type=int, default=128)
     ap.add_argument("--sigma", type=float, default=0.1)

@@ -2,10 +2,10 @@
 strategies on the same task, network, population, episodes and generations, with three seeds
 each, one run after another, and prints a markdown table (median and range over the seeds).
 
-    python experiments/learning.py                      # every comparison (about 70 minutes here)
-    python experiments/learning.py cartpole acrobot pendulum  # the small tasks (about 10 minutes)
-    python experiments/learning.py acrobot --seeds 0 1  # some, with other seeds
-    python experiments/learning.py --json out.json      # the rows as JSON as well
+    python -m experiments.learning                      # every comparison (about 70 minutes here)
+    python -m experiments.learning cartpole acrobot pendulum  # the small tasks (about 10 minutes)
+    python -m experiments.learning acrobot --seeds 0 1  # some, with other seeds
+    python -m experiments.learning --json out.json      # the rows as JSON as well
 
 A row's return is the run's final evaluation of the mean policy (its config's `eval_episodes`
 episodes, 64 here); its target is the config's (Breakout: a population mean fitness of 5), and
@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-CONFIGS = Path(__file__).resolve().parent / "configs"
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 SETTINGS = {"learning_rate": 0.05, "std_init": 0.1}
 STRATEGIES = {"openai_es": {"strategy": "openai_es", "strategy_kwargs": SETTINGS},
               "eggroll": {"strategy": "eggroll", "strategy_kwargs": {"rank": 1, "sigma": 0.1, "learning_rate": 0.05}},
@@ -50,8 +50,9 @@ def run(name: str, strategy: str, seed: int, root: Path) -> dict:
     start = time.perf_counter()
     run_dir = root / f"{name}-{strategy.replace(' ', '_')}-{seed}"
     summary = evolve(config, RunOptions(run_dir=str(run_dir), wandb="disabled", progress=False))
-    setup = (f"{config.env_name} (MLP {'x'.join(map(str, config.hidden_sizes))}, {config.pop_size} x "
-             f"{config.num_rollouts}, {config.num_generations} generations)")
+    sizes = "x".join(map(str, config.policy.hidden_sizes))
+    setup = (f"{config.environment.name} (MLP {sizes}, {config.strategy.pop_size} x "
+             f"{config.run.num_rollouts}, {config.run.num_generations} generations)")
     solved = summary.get("solved_at")
     return {"comparison": name, "setup": setup, "strategy": strategy, "seed": seed,
             "return": summary["mean_policy_return"], "solved_at": solved and solved["generation"],
@@ -85,7 +86,7 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m experiments.learning", description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", metavar="NAME",
                         help=f"comparisons (default: all): {', '.join(COMPARISONS)}")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])

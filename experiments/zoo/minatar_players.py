@@ -1,5 +1,5 @@
 """Hand-written MinAtar players, the references of the Freeway, SpaceInvaders and Seaquest
-zoo configs (`python experiments/references.py freeway_minatar ...` plays them).
+zoo configs (`python -m experiments.zoo references freeway_minatar ...` plays them).
 
 Every player is `policy(carry, state, obs, key) -> (action, carry)`, a pure JAX function
 of the game's state (an index into the game's minimal action set), for `references.play`.

@@ -6,7 +6,7 @@
 
 The values are `jax.random`'s, bit for bit, for threefry keys (typed `jax.random.key`s
 or raw `uint32[2]` PRNGKeys) under `jax_threefry_partitionable` (JAX's default since
-0.5); `tests/test_prng.py` checks it. Any other key, or the legacy non-partitionable
+0.5); `tests/environments/test_prng.py` checks it. Any other key, or the legacy non-partitionable
 mode, is passed to `jax.random` itself.
 
 Why: on CPUs JAX lowers every threefry hash to a `while` loop of five iterations, a dozen

@@ -10,7 +10,7 @@ backends keep their defaults; a level set in `XLA_FLAGS` (`--xla_backend_optimiz
 wins.
 
 The optimisation level is no floating-point contract: the same program can round differently
-at another level (Acrobot's returns did, `tests/test_rollout.py`), so a program reproduces
+at another level (Acrobot's returns did, `tests/engine/test_rollout.py`), so a program reproduces
 itself bit for bit at one level only. Every program popeval compiles itself uses these
 options, `RolloutWrapper`'s methods and the evolve loop's programs, so an evaluation
 reproduces the returns a run logged.

@@ -18,7 +18,7 @@ or on where a member sits in the population, and the trajectory path (`trajector
 chunk scans `T` steps) equals the fitness path (`fitness`) to the bit. That XLA:CPU rounds an
 episode the same at every chunk width it runs at (from `MIN_WIDTH` members up, each width a
 multiple of `LANES` episodes), whatever the population size, is measured, not promised by XLA:
-`tests/test_rollout.py` checks it on every registered environment (README, Exactness).
+`tests/engine/test_rollout.py` checks it on every registered environment (README, Exactness).
 
 The fitness path runs in passes. A pass orders the members that still have a running
 episode first (compaction), those that have taken the fewest steps first, so that members
@@ -200,14 +200,14 @@ def _running(alive: jax.Array) -> jax.Array:
 
 #: The narrowest chunk (members) the fitness path narrows down to. XLA:CPU computes an episode
 #: to the same bits at every width from 8 members up; below, the matmuls of small policies
-#: can round differently (CartPole with 8 hidden units at 4 members, `tests/test_rollout.py`).
+#: can round differently (CartPole with 8 hidden units at 4 members, `tests/engine/test_rollout.py`).
 MIN_WIDTH = 8
 
 
 #: The fewest episodes in a chunk of a low-rank population. Its layers multiply the shared mean
 #: with all of a chunk's episodes at once, and XLA:CPU rounds a row of a matrix product the same
 #: at every row count from 64 up but not below (another kernel): measured, checked by
-#: `tests/test_low_rank.py`.
+#: `tests/engine/test_low_rank.py`.
 SHARED_EPISODES = 64
 
 

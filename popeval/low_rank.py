@@ -43,7 +43,7 @@ share those draws and member `2k + 1` negates `A` and `E` (the exact negative pe
 `B` unchanged); without, member `m` draws from `fold_in(..., m)`. `m` is the member's global
 index, so the draws do not depend on the population's layout over devices, threads or chunks.
 
-Exactness (`tests/test_low_rank.py`): `population_fitness` equals `population_rollout`'s
+Exactness (`tests/engine/test_low_rank.py`): `population_fitness` equals `population_rollout`'s
 `cum_return` bit for bit, whatever the device count, threads and population size, as for
 explicit populations (measured on XLA:CPU, as theirs is). A member evaluated through the
 shared product equals the same member as explicit parameters (`LowRankPopulation.materialize`)

@@ -1,18 +1,12 @@
-"""Helpers shared by the test files (pytest puts `tests/` on `sys.path`: `from conftest import ...`)."""
+"""The session's set-up and the fixtures every folder uses (the helpers are `tests/helpers.py`)."""
 
 from __future__ import annotations
 
-import csv
-import fcntl
-import json
 import os
 import shutil
 import tempfile
-from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[1]
 
 # One persistent XLA compilation cache for the whole session: this process, the xdist workers
 # (which inherit the variable) and every subprocess a test starts, so a program compiled once is
@@ -27,48 +21,17 @@ def pytest_unconfigure(config):
     if _OWN_CACHE:
         shutil.rmtree(_OWN_CACHE, ignore_errors=True)
 
-#: One environment of each family, and a continuous-action one: the default tier's sweeps.
-REPRESENTATIVES = ("CartPole-v1", "Pendulum-v1", "Catch-bsuite", "FourRooms-misc", "PointRobot-misc",
-                   "Breakout-MinAtar")
 
+@pytest.fixture(scope="module")
+def fast_compilation():
+    """Skips XLA's expensive backend passes while a module compiles (~40% faster where nearly all
+    of a module's time is compiling small programs that then run a few times; the flag is JAX's
+    own for that trade-off). Floats may differ from optimised code in the last bit (fused
+    multiply-adds), so a module that uses it (`pytestmark = pytest.mark.usefixtures(...)`)
+    compares programs compiled under the same setting only. Restored afterwards."""
+    import jax  # after the cache's variables above, which JAX reads when imported
 
-def sweep(env_ids) -> list:
-    """`env_ids` as parameters: the representatives run by default, the others under `-m slow`."""
-    return [pytest.param(e, marks=() if e in REPRESENTATIVES else pytest.mark.slow) for e in env_ids]
-
-
-#: `metrics.csv` columns that depend on wall time, not on the computation.
-TIMING_COLUMNS = frozenset({"steps/per_second", "time/elapsed"})
-
-
-def subprocess_env(**overrides: str) -> dict[str, str]:
-    """The environment for a fresh popeval process: this one's, with no device count chosen
-    (each test sets its own), JAX on the CPU, W&B off and the session's compilation cache."""
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES")}
-    env.update(JAX_PLATFORMS="cpu", WANDB_MODE="disabled", WANDB_SILENT="true", POPEVAL_CACHE_DIR="")
-    env.update(overrides)
-    return env
-
-
-def read_metrics(run_dir: Path, timing: bool = True) -> list[dict[str, str]]:
-    """The rows of `RUN/metrics.csv`; without the timing columns when `timing=False`."""
-    with open(Path(run_dir) / "metrics.csv", newline="") as f:
-        rows = list(csv.DictReader(f))
-    return rows if timing else [{k: v for k, v in r.items() if k not in TIMING_COLUMNS} for r in rows]
-
-
-def computed_once(tmp_path_factory, name: str, compute):
-    """`compute(directory)` (returning JSON values) run once per test session, by whichever
-    xdist worker asks first; the others wait for it and get what it returned. An expensive
-    run shared by tests that may land on different workers is then paid for once."""
-    root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        root = root.parent  # shared by the workers of this session
-    directory, done = root / f"once-{name}", root / f"once-{name}.json"
-    with open(root / f"once-{name}.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not done.exists():
-            shutil.rmtree(directory, ignore_errors=True)
-            directory.mkdir()
-            done.write_text(json.dumps(compute(directory)))
-        return json.loads(done.read_text())
+    previous = jax.config.read("jax_disable_most_optimizations")
+    jax.config.update("jax_disable_most_optimizations", True)
+    yield
+    jax.config.update("jax_disable_most_optimizations", previous)

@@ -2,7 +2,7 @@
 
 Osband et al. (2020), "Behaviour Suite for Reinforcement Learning", ICLR (experiment
 `bandit`). Reference implementation: `bsuite.environments.bandit.SimpleBandit`
-(bsuite 0.3.x), which `tests/test_bsuite.py` steps side by side.
+(bsuite 0.3.x), which `tests/environments/test_bsuite.py` steps side by side.
 
 Every episode is one step: the observation is a (1, 1) float32 one (also after the step),
 and pulling arm `a` pays `rewards[a]`, deterministically, then terminates. The payouts are

@@ -2,7 +2,7 @@
 
 Osband et al. (2020), "Behaviour Suite for Reinforcement Learning", ICLR. Reference
 implementation: `bsuite.environments.catch.Catch` (bsuite 0.3.x), which
-`tests/test_bsuite.py` steps side by side.
+`tests/environments/test_bsuite.py` steps side by side.
 
 The observation is the (rows, columns) float32 board with 1 at the ball and at the paddle.
 The ball starts in row 0 of a uniformly drawn column, the paddle in the middle of the bottom

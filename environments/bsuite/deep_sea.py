@@ -2,7 +2,7 @@
 
 Osband et al. (2020), "Behaviour Suite for Reinforcement Learning", ICLR; Osband et al.
 (2019), "Deep Exploration via Randomized Value Functions". Reference implementation:
-`bsuite.environments.deep_sea.DeepSea` (bsuite 0.3.x), which `tests/test_bsuite.py` steps
+`bsuite.environments.deep_sea.DeepSea` (bsuite 0.3.x), which `tests/environments/test_bsuite.py` steps
 side by side.
 
 The agent starts in the top-left cell and drops one row per step, so every episode lasts

@@ -3,7 +3,7 @@ delay of 1, 3, 10, 30 or 100 steps.
 
 Osband et al. (2020), "Behaviour Suite for Reinforcement Learning", ICLR. Reference
 implementation: `bsuite.environments.discounting_chain.DiscountingChain` (bsuite 0.3.x),
-which `tests/test_bsuite.py` steps side by side.
+which `tests/environments/test_bsuite.py` steps side by side.
 
 The first action `a` (of 5) fixes the context; the episode always lasts `episode_len` (100)
 steps, and the step that brings the step counter to `reward_timesteps[a]` pays

@@ -2,7 +2,7 @@
 
 Osband et al. (2020), "Behaviour Suite for Reinforcement Learning", ICLR (experiments
 `memory_len` / `memory_size`). Reference implementation:
-`bsuite.environments.memory_chain.MemoryChain` (bsuite 0.3.x), which `tests/test_bsuite.py`
+`bsuite.environments.memory_chain.MemoryChain` (bsuite 0.3.x), which `tests/environments/test_bsuite.py`
 steps side by side.
 
 At reset a context of `num_bits` iid fair bits and a query index (uniform in

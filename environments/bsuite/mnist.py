@@ -21,7 +21,7 @@ MNIST): integer images are taken as 0..255 pixels and scaled by 1/255 as bsuite 
 images must already lie in [0, 1]. The data are `EnvParams` fields (`images`, `labels`), so jitted code takes them as
 arguments instead of baking them into the compiled program as constants (which for real MNIST
 would mean hundreds of megabytes of program); to evaluate a population, vmap over policies,
-not over a stacked copy of these params. `tests/test_bsuite.py` steps bsuite's environment
+not over a stacked copy of these params. `tests/environments/test_bsuite.py` steps bsuite's environment
 side by side after patching bsuite's dataset loader to return the same arrays.
 """
 

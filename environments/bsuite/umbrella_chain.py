@@ -3,7 +3,7 @@
 Osband et al. (2020), "Behaviour Suite for Reinforcement Learning", ICLR (experiments
 `umbrella_length` / `umbrella_distract`). Reference implementation:
 `bsuite.environments.umbrella_chain.UmbrellaChain` (bsuite 0.3.x), which
-`tests/test_bsuite.py` steps side by side.
+`tests/environments/test_bsuite.py` steps side by side.
 
 At reset `need_umbrella` and `has_umbrella` are iid fair bits. The observation is a
 (1, 3 + n_distractor) float32 row `[need_umbrella, has_umbrella, 1 - t / chain_length,

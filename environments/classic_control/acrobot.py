@@ -4,7 +4,7 @@ Sutton (1996), "Generalization in reinforcement learning: successful examples us
 coarse coding", with the "book" dynamics of Sutton & Barto (1998). One RK4 step of
 `dt = 0.2`, joint angles wrapped to [-pi, pi], velocities clipped to 4pi / 9pi, reward -1
 per step and 0 on reaching the goal, 500-step limit: gymnasium 1.x's `Acrobot-v1`, which
-`tests/test_classic_control.py` steps side by side.
+`tests/environments/test_classic_control.py` steps side by side.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Barto, Sutton & Anderson (1983), "Neuronlike adaptive elements that can solve difficult
 learning control problems". Dynamics, reward (+1 every step, the terminating one
 included), termination thresholds, reset distribution and the 500-step limit follow
-gymnasium 1.x's `CartPole-v1`, which `tests/test_classic_control.py` steps side by side.
+gymnasium 1.x's `CartPole-v1`, which `tests/environments/test_classic_control.py` steps side by side.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ gymnasium 1.x (`MountainCar-v0`: 3 discrete accelerations, -1 per step, goal 0.5
 limit; `MountainCarContinuous-v0`: force in [-1, 1], +100 at the goal minus
 0.1 * action^2 of the *unclipped* action, goal 0.45, 999-step limit). In both, position is
 clipped to [-1.2, 0.6] and the velocity is zeroed only at the *left* wall. The
-conformance tests in `tests/test_classic_control.py` step gymnasium side by side.
+conformance tests in `tests/environments/test_classic_control.py` step gymnasium side by side.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The classic inverted-pendulum swing-up task. Dynamics (explicit Euler, velocity clipped),
 cost `angle_normalize(th)^2 + 0.1 thdot^2 + 0.001 u^2` with the clipped torque, reset
 distribution and the 200-step limit follow gymnasium 1.x's `Pendulum-v1`, which
-`tests/test_classic_control.py` steps side by side.
+`tests/environments/test_classic_control.py` steps side by side.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Young & Tian (2019), "MinAtar: An Atari-Inspired Testbed for Thorough and Reproducible
 Reinforcement Learning Experiments". Rules follow `minatar/environments/asterix.py`
-(MinAtar 1.0.15), which `tests/test_minatar_asterix.py` steps side by side. One step:
+(MinAtar 1.0.15), which `tests/environments/test_minatar_asterix.py` steps side by side. One step:
 
 1. when the spawn timer is 0, an entity appears in a free row (slot `i` is row `i + 1`,
    chosen uniformly among the free slots; nothing appears when all 8 are taken) at the

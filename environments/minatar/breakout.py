@@ -2,7 +2,7 @@
 
 Young & Tian (2019), "MinAtar: An Atari-Inspired Testbed for Thorough and Reproducible
 Reinforcement Learning Experiments". Rules follow `minatar/environments/breakout.py`
-(MinAtar 1.0.15), which `tests/test_minatar_breakout.py` steps side by side:
+(MinAtar 1.0.15), which `tests/environments/test_minatar_breakout.py` steps side by side:
 
 - the paddle moves one column per `l`/`r` step on row 9; the ball moves one cell
   diagonally per step (direction 0 up-left, 1 up-right, 2 down-right, 3 down-left);

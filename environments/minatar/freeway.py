@@ -2,7 +2,7 @@
 
 Young & Tian (2019), "MinAtar: An Atari-Inspired Testbed for Thorough and Reproducible
 Reinforcement Learning Experiments". Rules follow `minatar/environments/freeway.py`
-(MinAtar 1.0.15), which `tests/test_minatar_freeway.py` steps side by side. One step:
+(MinAtar 1.0.15), which `tests/environments/test_minatar_freeway.py` steps side by side. One step:
 
 1. `u` / `d` move the chicken (column 4) one row when its move timer is 0, which then
    restarts at `player_speed`;

@@ -2,7 +2,7 @@
 
 Young & Tian (2019), "MinAtar: An Atari-Inspired Testbed for Thorough and Reproducible
 Reinforcement Learning Experiments". Rules follow `minatar/environments/seaquest.py`
-(MinAtar 1.0.15), which `tests/test_minatar_seaquest.py` steps side by side. One step:
+(MinAtar 1.0.15), which `tests/environments/test_minatar_seaquest.py` steps side by side. One step:
 
 1. when the enemy spawn timer is 0 it restarts at `e_spawn_speed` and an enemy (a sub with
    probability `sub_prob`, else a fish) appears on a uniform row 1..8, at the left edge

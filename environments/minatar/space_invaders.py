@@ -2,7 +2,7 @@
 
 Young & Tian (2019), "MinAtar: An Atari-Inspired Testbed for Thorough and Reproducible
 Reinforcement Learning Experiments". Rules follow `minatar/environments/space_invaders.py`
-(MinAtar 1.0.15), which `tests/test_minatar_space_invaders.py` steps side by side. One step:
+(MinAtar 1.0.15), which `tests/environments/test_minatar_space_invaders.py` steps side by side. One step:
 
 1. `f` with a cold gun puts a bullet on the cannon's cell (row 9) and restarts the gun's
    cool-down; otherwise `l`/`r` move the cannon one column;

@@ -9,7 +9,7 @@ can learn to explore and exploit within an episode. An episode is `max_steps_in_
 pulls (100 by default) and never terminates early. The expected return of always pulling
 the best arm is `T * E[max_i p_i] = T * num_arms / (num_arms + 1)` for U[0, 1] arms.
 
-No reference package implements it; `tests/test_misc.py` checks these properties.
+No reference package implements it; `tests/environments/test_misc.py` checks these properties.
 """
 
 from __future__ import annotations

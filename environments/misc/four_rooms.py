@@ -14,7 +14,7 @@ cells other than the goal (or fixed at `start` if `random_start` is False); the 
 `goal` unless `random_goal`, in which case it is drawn uniformly from the free cells too.
 The observation is `[agent_row, agent_col, goal_row, goal_col]` (float32).
 
-No reference package implements it; `tests/test_misc.py` checks the layout, the slip
+No reference package implements it; `tests/environments/test_misc.py` checks the layout, the slip
 distribution and the shortest-path episode length with `fail_prob = 0`.
 """
 

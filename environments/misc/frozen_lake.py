@@ -1,7 +1,7 @@
 """FrozenLake-misc: walk from S to G across a frozen lake without falling into a hole.
 
 The toy-text grid world of gymnasium's `FrozenLake-v1` (Brockman et al. 2016, "OpenAI Gym"),
-which `tests/test_misc.py` compares against transition by transition (its full table `P`)
+which `tests/environments/test_misc.py` compares against transition by transition (its full table `P`)
 and along trajectories with the same random draws.
 
 Tiles: S start, F frozen, H hole, G goal; the 4x4 map by default, the 8x8 map with

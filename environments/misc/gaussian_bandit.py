@@ -7,7 +7,7 @@ observation is the RL^2 input (last action one-hot, last reward, elapsed fractio
 episode). An episode is `max_steps_in_episode` pulls (100 by default) and never terminates
 early. Always pulling the best arm earns `T * max_i mu_i` in expectation.
 
-No reference package implements it; `tests/test_misc.py` checks these properties.
+No reference package implements it; `tests/environments/test_misc.py` checks these properties.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ after `max_steps_in_episode` (200) steps. The agent sees only the walls of its 3
 neighbourhood; the observation is `[walls around the agent (9, row-major, 1 = wall),
 one_hot(last_action) (4), last_reward, time / max_steps_in_episode]` (float32, 15 values).
 
-No reference package implements it; `tests/test_misc.py` checks these properties.
+No reference package implements it; `tests/environments/test_misc.py` checks these properties.
 """
 
 from __future__ import annotations

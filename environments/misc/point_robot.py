@@ -16,7 +16,7 @@ after `max_steps_in_episode` (100, MAML's horizon). Following the meta-RL (RL^2 
 context) convention, the observation is `[pos (2), last clipped action (2), last reward]`
 (float32), so a recurrent policy can infer the goal from the rewards.
 
-No reference package implements it; `tests/test_misc.py` checks these properties.
+No reference package implements it; `tests/environments/test_misc.py` checks these properties.
 """
 
 from __future__ import annotations

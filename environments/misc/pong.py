@@ -24,7 +24,7 @@ The game ends (terminated) when either player reaches `points_to_win` (21, as At
 and is truncated after `max_steps_in_episode` (5000) steps. Rows grow downwards. The
 observation is `[agent_top, opponent_top, ball_y, ball_x, ball_vy, ball_vx]` (float32).
 
-No reference package implements it; `tests/test_misc.py` checks these rules state by state.
+No reference package implements it; `tests/environments/test_misc.py` checks these rules state by state.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ are zero and the target is drawn uniformly from the disc of radius
 `max_steps_in_episode` (50, as MuJoCo's Reacher). The observation is
 `[cos q (N), sin q (N), w (N), target (2), tip - target (2)]` (float32).
 
-No reference implementation exists for these dynamics; `tests/test_misc.py` checks them.
+No reference implementation exists for these dynamics; `tests/environments/test_misc.py` checks them.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ drawn from U[-0.1, 0.1] (as MuJoCo), everything else is zero. The observation, a
 `[theta (wrapped to [-pi, pi)), q (N-1), dx, dy, dtheta, dq (N-1)]` (float32) with the
 velocities of the last step.
 
-No reference implementation exists for these dynamics; `tests/test_misc.py` checks
+No reference implementation exists for these dynamics; `tests/environments/test_misc.py` checks
 physical properties (the scallop theorem, no net motion under isotropic drag, Purcell's
 stroke swims).
 """

@@ -4,7 +4,7 @@
     env = brax_env("inverted_pendulum")       # "brax/inverted_pendulum", 1000-step episodes
 
 Source: Freeman et al., "Brax - A Differentiable Physics Engine for Large Scale Rigid Body
-Simulation" (2021); reference implementation `brax.envs` (tests/test_suite_brax.py steps
+Simulation" (2021); reference implementation `brax.envs` (tests/environments/test_suite_brax.py steps
 both with the same keys and actions). Brax's step takes no key, `state.done` is
 termination (brax's own `EpisodeWrapper` time limit is replaced by popeval's
 `max_steps_in_episode`), and actions lie in `[-1, 1]`, which brax scales to the actuators.

@@ -7,7 +7,7 @@
 
 Source: Matthews et al., "Craftax: A Lightning-Fast Benchmark for Open-Ended Reinforcement
 Learning" (ICML 2024); reference implementation `craftax` (`Craftax-Classic-Symbolic-v1`,
-`Craftax-Symbolic-v1`), which `tests/test_suites.py` steps side by side with this adapter.
+`Craftax-Symbolic-v1`), which `tests/environments/test_suites.py` steps side by side with this adapter.
 
 Craftax ends an episode on death, on lava, and when `state.timestep` reaches its
 `EnvParams.max_timesteps`, all three as a terminal step. Here the last one is a time limit:

@@ -7,7 +7,7 @@
 Source: Bonnet et al., "Jumanji: a Diverse Suite of Scalable Reinforcement Learning
 Environments in JAX" (ICLR 2024); reference implementation `jumanji`, whose `reset(key) ->
 (state, timestep)` / `step(state, action) -> (state, timestep)` the adapter calls and
-`tests/test_suites.py` steps side by side with it.
+`tests/environments/test_suites.py` steps side by side with it.
 
 Observations. Jumanji observations are structured (a NamedTuple of arrays, e.g. Snake's
 `grid`, `step_count`, `action_mask`). With `flatten=True` (the default, what popeval's

@@ -5,7 +5,7 @@
     obs, state = env.reset(jax.random.key(0))      # obs (5, 5, 3) uint8, symbolic
 
 Source: Pignatelli et al., "NAVIX: Scaling MiniGrid Environments with JAX" (2024); reference
-implementation `navix`, which `tests/test_suites.py` steps side by side with this adapter.
+implementation `navix`, which `tests/environments/test_suites.py` steps side by side with this adapter.
 
 A navix `Timestep` carries the observation, reward and `step_type` (0 transition,
 1 truncation, 2 termination). Termination is `terminated`; navix's truncation is its

@@ -6,7 +6,7 @@
 
 Source: Nikulin et al., "XLand-MiniGrid: Scalable Meta-Reinforcement Learning Environments in
 JAX" (NeurIPS 2024, Datasets and Benchmarks); reference implementation `xminigrid`, which
-`tests/test_suites.py` steps side by side with this adapter.
+`tests/environments/test_suites.py` steps side by side with this adapter.
 
 An xminigrid `TimeStep` carries the state, observation, reward, discount and step type.
 Reaching the goal terminates (discount 0). xminigrid's `max_steps` truncates, and it is the

@@ -1,6 +1,6 @@
 """TD(lambda) errors of a trajectory (Sutton and Barto, "Reinforcement Learning: An
 Introduction", 2nd ed., section 12.1, the lambda-return), with the semantics of
-`rlax.td_lambda` that seed 003's Anakin learner uses; `tests/test_anakin.py` checks it against
+`rlax.td_lambda` that seed 003's Anakin learner uses; `tests/experiments/test_anakin.py` checks it against
 the recursion written out in numpy.
 """
 

@@ -48,7 +48,7 @@ ALIASES = {"openai_es": "Open_ES", "cma_es": "CMA_ES", "snes": "SNES", "pgpe": "
 # What evosax's constructors take beyond (population_size, solution, fitness_shaping_fn,
 # metrics_fn). evosax's public API does not say which algorithm takes an optax optimizer, a
 # std schedule or antithetic sampling, nor which ones weight ranks themselves, so this table
-# does (tests/test_strategies.py checks it against the installed evosax). Weighted: the
+# does (tests/strategies/test_strategies.py checks it against the installed evosax). Weighted: the
 # default fitness shaping is evosax's recombination weights (CMA-ES and kin).
 _CONSTRUCTOR: dict[str, tuple[str, ...]] = {
     "ARS": ("optimizer", "std_schedule"),

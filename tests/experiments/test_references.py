@@ -1,0 +1,74 @@
+"""`python -m experiments.zoo references` reproduces the references the zoo configs derive themselves.
+
+The cheap ones run at the config's episode count and must give the config's `# Reference:`
+value to its printed digits (the episodes' keys are fixed, so the figure is deterministic).
+The MinAtar players run on a few episodes only (the full figures take minutes:
+`python -m experiments.zoo references`) and must play far above random.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from experiments.zoo import references
+from experiments.zoo import results as zoo
+from tests.helpers import REPO
+
+CHEAP = ("bernoulli_bandit", "gaussian_bandit", "frozen_lake", "mnist_bandit", "pong", "reacher", "swimmer")
+
+
+def test_every_derived_reference_has_a_config():
+    for name in references.REFERENCES:
+        value, source = zoo.reference(name)
+        assert value is not None and "derived above" in source, name
+    assert set(CHEAP) < set(references.REFERENCES)
+
+
+@pytest.mark.parametrize("name", CHEAP)
+def test_reference_reproduces_its_config_line(name):
+    (player, value, sem), = references.measure(name, others=False)
+    target, _ = zoo.reference(name)
+    text = next(line for line in (REPO / "experiments" / "configs" / f"{name}.yaml").read_text().splitlines()
+                if line.startswith("# Reference:"))
+    digits = len(text.split()[2].split(".")[1]) if "." in text.split()[2] else 0
+    assert abs(value - target) <= 0.5 * 10.0**-digits + 1e-9, f"{name}: {player} {value} vs the config's {target}"
+
+
+@pytest.mark.parametrize("name, floor", [("freeway_minatar", 60.0),
+                                         pytest.param("space_invaders_minatar", 20.0, marks=pytest.mark.slow),
+                                         pytest.param("seaquest_minatar", 1.5, marks=pytest.mark.slow)])
+def test_minatar_players_beat_random_play(name, floor):
+    """Random play earns 0.45 (Freeway), 3.9 (SpaceInvaders) and 0.09 (Seaquest)."""
+    (player, value, _), = references.measure(name, episodes=8, others=False)
+    assert value >= floor, f"{name}: {player} {value}"
+
+
+def test_breakout_tracker_earns_past_the_published_es_return():
+    """docs/zoo.md's scripted Breakout player: 23.0 over 256 episodes of 500 steps, against
+    NeuroEvoBench's 15 (16 episodes here)."""
+    env, params = references.make("Breakout-MinAtar", max_steps_in_episode=500)
+    returns = references.play(env, params, references.mp.stateless(references.mp.breakout_track), 16, 500)
+    assert returns.mean() > 15.0, returns
+
+
+def test_pendulum_value_iteration_plays_near_the_optimum():
+    """A coarse grid on 64 episodes (the full grid's 4096-episode figure takes minutes and runs
+    under slow): far above no torque (-1213), and a 64-episode mean swings far from -136.6."""
+    (player, returns), (_, zero) = references.pendulum(episodes=64, grid=(61, 51), torques=21)
+    assert -135.0 < returns().mean() < -110.0 and zero().mean() < -1000.0, player
+
+
+@pytest.mark.slow
+def test_pendulum_reference_reproduces_its_config_line():
+    (player, value, _), = references.measure("pendulum", others=False)
+    assert abs(value - zoo.reference("pendulum")[0]) <= 0.05, (player, value)
+
+
+def test_cli(capsys):
+    references.main(["mnist_bandit", "--episodes", "32"])
+    out = capsys.readouterr().out
+    assert "mnist_bandit: reference 0.97 in the config" in out and "logistic regression" in out
+    for bad in (["nope"], ["pong", "--episodes", "0"]):
+        with pytest.raises(SystemExit):
+            references.main(bad)
+    assert "no derived reference for nope" in capsys.readouterr().err

@@ -132,13 +132,13 @@ def test_a_killed_process_ends_the_run_and_it_resumes(tmp_path):
     assert 5 <= stopped < 100, "process 1 was not killed early enough"
 
     # Resumed by two processes up to generation 100 (process 1 never reads the run directory),
-    # then by one process with two devices to the end.
+    # then by one process with two devices to the end (the run's budget is now 100: it is raised).
     two = ok(launch(2, 1, ["--resume=run", "--num_generations=100", "--quiet", "--wandb=disabled"], tmp_path))
     assert len(read_metrics(tmp_path / "run")) == 100
     assert "2 device(s) in 2 processes (resumed at generation" in two.stderr and '"processes": 2' in two.stdout
     others = (tmp_path / "logs" / "process-1.log").read_text()
     assert "run " not in others and "{" not in others, others
-    ok(popeval(["evolve", "--resume=run", "--quiet", "--wandb=disabled"], tmp_path, devices=2))
+    ok(popeval(["evolve", "--resume=run", "--num_generations=150", "--quiet", "--wandb=disabled"], tmp_path, devices=2))
     ok(popeval(["evolve", *LONG, "--run_dir=whole"], tmp_path, devices=2))
     assert read_metrics(tmp_path / "run", timing=False) == read_metrics(tmp_path / "whole", timing=False)
     a, b = tmp_path / "run", tmp_path / "whole"

@@ -57,11 +57,23 @@ _ROW = np.arange(10)[:, None]  # the chicken's row
 _TIMER = np.arange(3)[None, :]  # its move timer
 
 
-def freeway_planner(state, horizon: int = 64, sticky: float = 0.1, player_speed: int = 3):
+def _blind_car_hits(state, horizon: int, countdowns: str) -> jax.Array:
+    """`_car_hits` without the cars' countdowns, which the observation does not show: a hit
+    under `"any"` countdown (0 to |speed|), or with each countdown taken as `"half"` its speed."""
+    speed = jnp.abs(state.car_speed)
+    if countdowns == "half":
+        return _car_hits(state.replace(car_timer=speed // 2), horizon)
+    every = [_car_hits(state.replace(car_timer=jnp.minimum(k, speed)), horizon) for k in range(6)]
+    return jnp.any(jnp.stack(every), axis=0)
+
+
+def freeway_planner(state, horizon: int = 64, sticky: float = 0.1, player_speed: int = 3,
+                    countdowns: str = "known"):
     """The action that minimises the expected steps to cross, by a backward recursion over
     (row, move timer, last action) through the predicted car positions, with the game's 10%
-    sticky actions in the model; beyond the horizon, an optimistic `3 * row` steps."""
-    hits = _car_hits(state, horizon)
+    sticky actions in the model; beyond the horizon, an optimistic `3 * row` steps. The cars'
+    countdowns are read from the state (`"known"`) or not (`_blind_car_hits`)."""
+    hits = _car_hits(state, horizon) if countdowns == "known" else _blind_car_hits(state, horizon, countdowns)
     v_end = jnp.broadcast_to((player_speed * _ROW + _TIMER).astype(jnp.float32)[..., None], (10, 3, 3))
 
     def q_values(v_next, hit):  # (row, timer, action): 1 + the steps left after it

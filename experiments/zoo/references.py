@@ -252,6 +252,10 @@ def minatar(env_id: str, players: list, episodes: int, steps: int, **kwargs):
 
 def freeway_minatar(episodes=64):
     players = [("lane planner", lambda e, p: mp.stateless(mp.freeway_planner)),
+               ("lane planner, any car countdown", lambda e, p: mp.stateless(
+                   lambda s: mp.freeway_planner(s, countdowns="any"))),
+               ("lane planner, countdowns half the speed", lambda e, p: mp.stateless(
+                   lambda s: mp.freeway_planner(s, countdowns="half"))),
                ("always up", lambda e, p: mp.stateless(mp.freeway_up)),
                ("random", lambda e, p: mp.random_player(3))]
     return minatar("Freeway-MinAtar", players, episodes, 2501)  # the whole 2500-frame game

@@ -58,6 +58,30 @@ def test_freeway_planner_blind_to_the_countdowns_fears_every_hit_the_known_ones_
     assert bool(jnp.all(blind >= known)) and int(blind.sum()) > int(known.sum())
 
 
+def test_freeway_moved_adds_the_cars_that_moved_and_plays_freeway_s_game():
+    """The pilot's eighth channel marks the cells of exactly the cars whose column changed on
+    the last step; the first seven channels, rewards and states are Freeway's own."""
+    from experiments.zoo import freeway_moved
+
+    moved_env, params = references.make("FreewayMoved-MinAtar")
+    env = freeway_moved.Freeway()
+    obs, state = moved_env.reset(jax.random.key(0), params)
+    plain_obs, plain = env.reset(jax.random.key(0), params)
+    seen = 0
+    for t in range(12):
+        before = state.car_x
+        key = jax.random.key(t + 1)
+        obs, state, reward, _, _ = moved_env.step(key, state, 1, params)
+        plain_obs, plain, plain_reward, _, _ = env.step(key, plain, 1, params)
+        assert bool(jnp.all(obs[..., :7] == plain_obs)) and float(reward) == float(plain_reward)
+        cars = jnp.argwhere(obs[1:9, :, 7])
+        expected = jnp.argwhere(state.car_x != before)[:, 0]
+        assert cars[:, 0].tolist() == expected.tolist()
+        assert cars[:, 1].tolist() == state.car_x[expected].tolist()
+        seen += len(expected)
+    assert seen > 0
+
+
 def test_breakout_tracker_earns_past_the_published_es_return():
     """docs/zoo.md's scripted Breakout player: 23.0 over 256 episodes of 500 steps, against
     NeuroEvoBench's 15 (16 episodes here)."""

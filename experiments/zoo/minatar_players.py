@@ -60,10 +60,13 @@ _TIMER = np.arange(3)[None, :]  # its move timer
 def _blind_car_hits(state, horizon: int, countdowns: str) -> jax.Array:
     """`_car_hits` without the cars' countdowns, which the observation does not show: a hit
     under `"any"` countdown (0 to |speed|), or with each countdown taken as `"half"` its speed."""
+    if countdowns not in ("any", "half"):
+        raise ValueError(f"countdowns: 'known', 'any' or 'half', not {countdowns!r}")
     speed = jnp.abs(state.car_speed)
     if countdowns == "half":
         return _car_hits(state.replace(car_timer=speed // 2), horizon)
-    every = [_car_hits(state.replace(car_timer=jnp.minimum(k, speed)), horizon) for k in range(6)]
+    every = [_car_hits(state.replace(car_timer=jnp.minimum(k, speed)), horizon)
+             for k in range(6)]  # |speed| is at most 5
     return jnp.any(jnp.stack(every), axis=0)
 
 

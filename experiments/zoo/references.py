@@ -16,6 +16,7 @@ the game). The MinAtar players are in `experiments.zoo.minatar_players`.
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 from collections.abc import Callable
 
@@ -252,10 +253,10 @@ def minatar(env_id: str, players: list, episodes: int, steps: int, **kwargs):
 
 def freeway_minatar(episodes=64):
     players = [("lane planner", lambda e, p: mp.stateless(mp.freeway_planner)),
-               ("lane planner, any car countdown", lambda e, p: mp.stateless(
-                   lambda s: mp.freeway_planner(s, countdowns="any"))),
-               ("lane planner, countdowns half the speed", lambda e, p: mp.stateless(
-                   lambda s: mp.freeway_planner(s, countdowns="half"))),
+               ("lane planner, any car countdown",
+                lambda e, p: mp.stateless(functools.partial(mp.freeway_planner, countdowns="any"))),
+               ("lane planner, countdowns half the speed",
+                lambda e, p: mp.stateless(functools.partial(mp.freeway_planner, countdowns="half"))),
                ("always up", lambda e, p: mp.stateless(mp.freeway_up)),
                ("random", lambda e, p: mp.random_player(3))]
     return minatar("Freeway-MinAtar", players, episodes, 2501)  # the whole 2500-frame game

@@ -58,6 +58,7 @@ def test_freeway_planner_blind_to_the_countdowns_fears_every_hit_the_known_ones_
     assert bool(jnp.all(blind >= known)) and int(blind.sum()) > int(known.sum())
 
 
+@pytest.mark.slow  # a pilot's environment, not the library's
 def test_freeway_moved_adds_the_cars_that_moved_and_plays_freeway_s_game():
     """The pilot's eighth channel marks the cells of exactly the cars whose column changed on
     the last step; the first seven channels, rewards and states are Freeway's own."""
